@@ -1,0 +1,3 @@
+from zabd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""``zabd`` command dispatcher.
+
+Each subcommand lives in its own module and is imported only when used, so
+``zabd sim`` starts without loading asyncio, pydantic or Spark.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> (module, function, one-line help)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "sim": ("zabd.sim.cli", "main", "run the deterministic simulator and print the canonical digest"),
+    "serve": ("zabd.server.cli", "serve_main", "run a replica server"),
+    "propose": ("zabd.client.cli", "propose_main", "submit a proposal to a cluster"),
+    "status": ("zabd.client.cli", "status_main", "show a server's status"),
+    "log": ("zabd.client.cli", "log_main", "read committed transactions; 'log dump|verify DIR' inspects a data dir"),
+    "bench": ("zabd.client.bench", "main", "load generator (optionally spawning a local cluster)"),
+    "compose": ("zabd.server.compose", "main", "write docker-compose files for N nodes"),
+    "pipeline": ("zabd.pipeline.cli", "main", "Spark sweeps of simulated scenarios and audits of real logs"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: zabd COMMAND [ARGS...]", "", "commands:"]
+    for name, (_, _, text) in COMMANDS.items():
+        lines.append(f"  {name:<10} {text}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if args else 2
+    name = args[0]
+    if name not in COMMANDS:
+        print(f"zabd: unknown command {name!r}; expected one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module_name, func_name, _ = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        print(f"zabd {name}: not available ({exc})", file=sys.stderr)
+        return 2
+    func = getattr(module, func_name)
+    result: int = func(args[1:])
+    return result

@@ -1,0 +1,65 @@
+"""Effects the core asks its driver to carry out, in order.
+
+A driver executes them in the order emitted. Every ``Send``/``Broadcast`` that
+follows a persist effect (``PersistEpochs``, ``AppendTxn``, ``ReplaceHistory``)
+must wait until that persist is durable: this is what keeps an acknowledgement
+from leaving before the state it acknowledges (ZOOKEEPER-3911/4643/4646).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+from zabd.protocol.messages import History, Message, Txn
+
+
+class Send(NamedTuple):
+    dst: int
+    msg: Message
+
+
+class Broadcast(NamedTuple):
+    """Send ``msg`` to every peer in ascending id order (never to the sender)."""
+
+    msg: Message
+
+
+class PersistEpochs(NamedTuple):
+    """Write all three together, atomically: accepted_epoch never falls below
+    current_epoch on disk (ZOOKEEPER-2307)."""
+
+    accepted_epoch: int
+    epoch_leader: int
+    current_epoch: int
+
+
+class AppendTxn(NamedTuple):
+    txn: Txn
+
+
+class ReplaceHistory(NamedTuple):
+    history: History
+
+
+class CommitTo(NamedTuple):
+    """Everything in the history up to and including ``zxid`` is committed."""
+
+    zxid: int
+
+
+class RoleChanged(NamedTuple):
+    role: int
+    leader: int  # 0 when there is none
+    epoch: int  # current_epoch at the time of the change
+    phase: int  # PHASE_* below
+
+
+Effect = Union[Send, Broadcast, PersistEpochs, AppendTxn, ReplaceHistory, CommitTo, RoleChanged]
+
+PERSIST_EFFECTS: tuple[type[Effect], ...] = (PersistEpochs, AppendTxn, ReplaceHistory)
+
+# Phases reported in RoleChanged. A Leading node is *established* from
+# PHASE_SYNC on (discovery finished); it accepts proposals in PHASE_BROADCAST.
+PHASE_NONE = 0
+PHASE_SYNC = 1
+PHASE_BROADCAST = 2

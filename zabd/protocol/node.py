@@ -1,0 +1,557 @@
+"""The ZAB replica state machine (spec sections 2, 5, 6 and 8).
+
+Pure: events in (``on_message``, ``on_tick``, ``propose``, ``link_failed``),
+effects out (``take_effects``). No clock, sockets, randomness or disk: time is
+the integer tick the driver passes in, and the only "random" value, the
+election jitter, is derived from the configured seed by the spec's formula.
+
+Two things here are not in the spec's pseudo-code but do not change what it
+computes:
+
+* ``election_deadline`` is computed lazily. ``reset_deadline(t)`` runs on
+  every Propose and heartbeat at a follower, and the deadline it sets is
+  almost always replaced before it is reached; all we need until then is the
+  lower bound ``t + 150``. The exact value is derived from ``t`` on demand.
+* ``wake`` is a lower bound on the next tick at which ``on_tick`` can do
+  anything. Drivers may skip ``on_tick`` for ``t < wake`` (the simulator
+  jumps over idle ticks with it; the server can sleep until it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from zabd.protocol import zxid as zx
+from zabd.protocol.effects import (
+    PHASE_BROADCAST,
+    PHASE_NONE,
+    PHASE_SYNC,
+    AppendTxn,
+    Broadcast,
+    CommitTo,
+    Effect,
+    PersistEpochs,
+    ReplaceHistory,
+    RoleChanged,
+    Send,
+)
+from zabd.protocol.messages import (
+    Ack,
+    AckEpoch,
+    AckLeader,
+    Commit,
+    History,
+    LookForLeader,
+    Message,
+    NewEpoch,
+    NewLeader,
+    Propose,
+    Txn,
+    Vote,
+)
+from zabd.protocol.rand import ELECTION_JITTER, ELECTION_TIMEOUT, mix
+
+LOOKING = 0
+FOLLOWING = 1
+LEADING = 2
+ROLE_NAMES = ("looking", "following", "leading")
+
+HEARTBEAT_INTERVAL = 50
+SUPPORT_WINDOW = 150
+NO_LEADER = 0
+
+
+class NotLeader(Exception):
+    """``propose`` was called on a node that is not a synced leader."""
+
+
+class Node:
+    __slots__ = (
+        "id",
+        "peers",
+        "quorum",
+        "seed",
+        # persistent
+        "current_epoch",
+        "accepted_epoch",
+        "epoch_leader",
+        "history",
+        "last_committed",
+        # volatile
+        "role",
+        "leader",
+        "in_sync",
+        # election
+        "target",
+        "view",
+        "max_epoch_seen",
+        # leader-only
+        "pending_epoch",
+        "discovered",
+        "epoch_acks",
+        "leader_acks",
+        "synced",
+        "next_counter",
+        "ack_set",
+        "last_heard",
+        "last_heartbeat",
+        "needs_sync",
+        # timer
+        "election_deadline",
+        "_deadline_from",
+        "wake",
+        # output
+        "effects",
+        "_announced",
+    )
+
+    def __init__(self, node_id: int, peers: Sequence[int], seed: int) -> None:
+        if node_id in peers:
+            raise ValueError(f"node {node_id} lists itself among its peers")
+        self.id = node_id
+        self.peers: tuple[int, ...] = tuple(sorted(peers))
+        self.quorum = (len(self.peers) + 1) // 2 + 1
+        self.seed = seed
+        self.current_epoch = 0
+        self.accepted_epoch = 0
+        self.epoch_leader = 0
+        self.history: list[Txn] = []
+        self.last_committed = zx.ZERO
+        self.effects: list[Effect] = []
+        self._reset_volatile()
+
+    # ------------------------------------------------------------------ state
+
+    def _reset_volatile(self) -> None:
+        """Every volatile, follower, election, leader-only and timer field back
+        to its initial value (a crash, spec section 12)."""
+        self.role = LOOKING
+        self.leader = NO_LEADER
+        self.in_sync = False
+        self.target: tuple[int, int, int] = (0, zx.ZERO, self.id)
+        self.view: dict[int, int] = {}
+        self.max_epoch_seen = 0
+        self._clear_leader_state()
+        self.election_deadline = 0
+        self._deadline_from = -1
+        self.wake = 0
+        self._announced: tuple[int, int, int, int] = (LOOKING, NO_LEADER, self.current_epoch, PHASE_NONE)
+
+    def _clear_leader_state(self) -> None:
+        self.pending_epoch = 0
+        self.discovered = False
+        self.epoch_acks: set[int] = set()
+        self.leader_acks: set[int] = set()
+        self.synced = False
+        self.next_counter = 0
+        self.ack_set: dict[int, set[int]] = {}
+        self.last_heard: dict[int, int] = {}
+        self.last_heartbeat = 0
+        self.needs_sync: set[int] = set()
+
+    def restore(
+        self,
+        *,
+        current_epoch: int,
+        accepted_epoch: int,
+        epoch_leader: int,
+        history: Sequence[Txn],
+        last_committed: int,
+    ) -> None:
+        """Load persistent state recovered from disk (a restarted server)."""
+        if accepted_epoch < current_epoch:
+            raise ValueError(f"accepted_epoch {accepted_epoch} is below current_epoch {current_epoch}")
+        self.current_epoch = current_epoch
+        self.accepted_epoch = accepted_epoch
+        self.epoch_leader = epoch_leader
+        self.history = list(history)
+        self.last_committed = last_committed
+        self._reset_volatile()
+
+    def crash(self) -> None:
+        """Lose all volatile state; persistent fields are kept."""
+        self._reset_volatile()
+        self.effects.clear()
+
+    def restart(self, t: int) -> None:
+        """Come back up; the node starts an election at its next tick."""
+        self.election_deadline = t
+        self._deadline_from = -1
+        self.wake = t
+
+    def take_effects(self) -> list[Effect]:
+        effects = self.effects
+        self.effects = []
+        return effects
+
+    def last_zxid(self) -> int:
+        h = self.history
+        return h[-1].zxid if h else zx.ZERO
+
+    def successor(self) -> int:
+        last = self.last_zxid()
+        counter = (last & zx.U32_MAX) if (last >> 32) == self.current_epoch else 0
+        return zx.make(self.current_epoch, counter + 1)
+
+    @property
+    def ready(self) -> bool:
+        """True when this node is a leader that accepts proposals."""
+        return self.role == LEADING and self.synced
+
+    # ----------------------------------------------------------------- output
+
+    def _send(self, dst: int, msg: Message) -> None:
+        self.effects.append(Send(dst, msg))
+
+    def _broadcast(self, msg: Message) -> None:
+        if self.peers:
+            self.effects.append(Broadcast(msg))
+
+    def _persist_epochs(self) -> None:
+        self.effects.append(PersistEpochs(self.accepted_epoch, self.epoch_leader, self.current_epoch))
+
+    def _announce(self) -> None:
+        if self.role == LEADING:
+            phase = PHASE_BROADCAST if self.synced else (PHASE_SYNC if self.discovered else PHASE_NONE)
+        elif self.role == FOLLOWING:
+            phase = PHASE_BROADCAST if self.in_sync else PHASE_NONE
+        else:
+            phase = PHASE_NONE
+        state = (self.role, self.leader, self.current_epoch, phase)
+        if state != self._announced:
+            self._announced = state
+            self.effects.append(RoleChanged(*state))
+
+    def _history_snapshot(self) -> History:
+        return tuple(self.history)
+
+    # ----------------------------------------------------------------- timers
+
+    def reset_deadline(self, t: int) -> None:
+        # Lazy: remember when, and use the lower bound t + 150 until the exact
+        # value (t + 150 + jitter) is needed.
+        self._deadline_from = t
+        self.election_deadline = self.wake = t + ELECTION_TIMEOUT
+
+    def _exact_deadline(self) -> int:
+        if self._deadline_from >= 0:
+            t = self._deadline_from
+            self._deadline_from = -1
+            self.election_deadline = t + ELECTION_TIMEOUT + mix(self.seed ^ self.id ^ t) % ELECTION_JITTER
+        return self.election_deadline
+
+    def deadline(self) -> int:
+        """The exact election deadline (for inspection and tests)."""
+        return self._exact_deadline()
+
+    def on_tick(self, t: int) -> None:
+        if self.role == LEADING:
+            self._leader_tick(t)
+            return
+        if t < self.election_deadline:
+            return
+        deadline = self._exact_deadline()
+        if t < deadline:
+            self.wake = deadline
+            return
+        self.start_election(t)
+
+    def _leader_tick(self, t: int) -> None:
+        last_heard = self.last_heard
+        supporters = 1
+        for f in self.peers:
+            if t - last_heard[f] < SUPPORT_WINDOW:
+                supporters += 1
+        if supporters < self.quorum:
+            self.start_election(t)
+            return
+        if t - self.last_heartbeat >= HEARTBEAT_INTERVAL:
+            self._heartbeat(t)
+        self._leader_wake()
+
+    def _leader_wake(self) -> None:
+        # Support is lost when fewer than quorum-1 peers were heard within the
+        # window: at (the (quorum-1)-th most recent last_heard) + window. Since
+        # last_heard only grows, this bound stays a lower bound.
+        wake = self.last_heartbeat + HEARTBEAT_INTERVAL
+        need = self.quorum - 1
+        if need > 0:
+            heard = sorted(self.last_heard.values(), reverse=True)
+            stepdown = heard[need - 1] + SUPPORT_WINDOW
+            if stepdown < wake:
+                wake = stepdown
+        self.wake = wake
+
+    def _heartbeat(self, t: int) -> None:
+        self.last_heartbeat = t
+        if not self.discovered:
+            self._broadcast(NewEpoch(self.pending_epoch))
+        elif not self.synced:
+            self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
+        else:
+            resync = self.needs_sync
+            self.needs_sync = set()
+            if not resync:
+                self._broadcast(Commit(self.last_committed))
+                return
+            snapshot: History | None = None
+            for f in self.peers:
+                if f in resync:
+                    if snapshot is None:
+                        snapshot = self._history_snapshot()
+                    self._send(f, NewLeader(self.current_epoch, snapshot))
+                else:
+                    self._send(f, Commit(self.last_committed))
+
+    def link_failed(self, peer: int, t: int) -> None:
+        """The link to ``peer`` broke (a dropped send, a lost connection)."""
+        if self.role == LEADING and self.discovered:
+            self.needs_sync.add(peer)
+
+    # --------------------------------------------------------------- election
+
+    def start_election(self, t: int) -> None:
+        self.role = LOOKING
+        self.leader = NO_LEADER
+        self.in_sync = False
+        self._clear_leader_state()
+        last = self.last_zxid()
+        self.target = (self.current_epoch, last, self.id)
+        self.view = {self.id: self.id}
+        self.max_epoch_seen = self.accepted_epoch
+        self.reset_deadline(t)
+        self._announce()
+        self._broadcast(LookForLeader(self.current_epoch, last, self.accepted_epoch))
+        self._broadcast(Vote(self.current_epoch, last, self.accepted_epoch, self.id))
+        self._check_election(t)
+
+    def _on_look_for_leader(self, v: int, m: LookForLeader, t: int) -> None:
+        if self.role == LOOKING:
+            self._on_vote(v, m.epoch, m.last_zxid, m.accepted, v, t)
+            return
+        self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.leader))
+        if self.role == LEADING:
+            if self.discovered:
+                self._send(v, NewLeader(self.current_epoch, self._history_snapshot()))
+            else:
+                self._send(v, NewEpoch(self.pending_epoch))
+
+    def _on_vote_msg(self, v: int, m: Vote, t: int) -> None:
+        if self.role == LOOKING:
+            self._on_vote(v, m.epoch, m.last_zxid, m.accepted, m.leader, t)
+
+    def _on_vote(self, v: int, e: int, z: int, a: int, leader: int, t: int) -> None:
+        if a > self.max_epoch_seen:
+            self.max_epoch_seen = a
+        cand = (e, z, v)
+        if cand > self.target:
+            self.target = cand
+            self.view = {self.id: v}
+            self._broadcast(Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, v))
+        self.view[v] = leader
+        self._check_election(t)
+
+    def _check_election(self, t: int) -> None:
+        target_id = self.target[2]
+        votes = 0
+        for voted in self.view.values():
+            if voted == target_id:
+                votes += 1
+        if votes >= self.quorum:
+            if target_id == self.id:
+                self._become_leading(t)
+            else:
+                self._become_following(target_id, t)
+
+    def _become_following(self, leader: int, t: int) -> None:
+        self.role = FOLLOWING
+        self.leader = leader
+        self.in_sync = False
+        self._clear_leader_state()
+        self.reset_deadline(t)
+        self._announce()
+
+    def _follow(self, leader: int, t: int) -> None:
+        if self.role == FOLLOWING and self.leader == leader:
+            self.reset_deadline(t)
+        else:
+            self._become_following(leader, t)
+
+    # ------------------------------------------- discovery and synchronization
+
+    def _become_leading(self, t: int) -> None:
+        self.role = LEADING
+        self.leader = self.id
+        self.in_sync = False
+        self._clear_leader_state()
+        self.pending_epoch = max(self.accepted_epoch, self.current_epoch, self.max_epoch_seen) + 1
+        if self.pending_epoch > zx.U32_MAX:
+            raise zx.CounterOverflow(f"epoch {self.pending_epoch} does not fit in u32")
+        self.accepted_epoch = self.pending_epoch
+        self.epoch_leader = self.id
+        self.epoch_acks = {self.id}
+        for f in self.peers:
+            self.last_heard[f] = t
+        self.last_heartbeat = t
+        self.wake = t + HEARTBEAT_INTERVAL
+        self._announce()
+        self._persist_epochs()
+        self._broadcast(NewEpoch(self.pending_epoch))
+        self._try_finish_discovery(t)
+
+    def _try_finish_discovery(self, t: int) -> None:
+        if self.discovered or len(self.epoch_acks) < self.quorum:
+            return
+        self.discovered = True
+        self.current_epoch = self.pending_epoch
+        self.next_counter = 0
+        self.leader_acks = {self.id}
+        self._persist_epochs()
+        self._announce()
+        self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
+        self._try_finish_sync(t)
+
+    def _try_finish_sync(self, t: int) -> None:
+        if self.synced or len(self.leader_acks) < self.quorum:
+            return
+        self.synced = True
+        self._announce()
+        last = self.last_zxid()
+        if last > self.last_committed:
+            self.last_committed = last
+            self.effects.append(CommitTo(last))
+            self._broadcast(Commit(last))
+
+    def _on_new_epoch(self, leader: int, m: NewEpoch, t: int) -> None:
+        e = m.epoch
+        if e > self.accepted_epoch or (e == self.accepted_epoch and self.epoch_leader == leader):
+            if e > self.accepted_epoch:
+                self.in_sync = False
+            changed = self.accepted_epoch != e or self.epoch_leader != leader
+            self.accepted_epoch = e
+            self.epoch_leader = leader
+            self._follow(leader, t)
+            self._announce()
+            if changed:
+                self._persist_epochs()
+            self._send(leader, AckEpoch(e, self.current_epoch, self.last_zxid()))
+
+    def _on_ack_epoch(self, f: int, m: AckEpoch, t: int) -> None:
+        if self.role != LEADING or m.epoch != self.pending_epoch:
+            return
+        if self.discovered:
+            self.last_heard[f] = t
+            self._send(f, NewLeader(self.current_epoch, self._history_snapshot()))
+        elif (m.current_epoch, m.last_zxid) <= (self.current_epoch, self.last_zxid()):
+            self.last_heard[f] = t
+            self.epoch_acks.add(f)
+            self._try_finish_discovery(t)
+
+    def _on_new_leader(self, leader: int, m: NewLeader, t: int) -> None:
+        e = m.epoch
+        if e < self.accepted_epoch:
+            return
+        self.accepted_epoch = e
+        self.epoch_leader = leader
+        self.current_epoch = e
+        self.history = list(m.history)
+        # History first, then epochs, then the acknowledgement: a quorum-wide
+        # crash after AckLeader must find the history on disk (ZOOKEEPER-4643).
+        self.effects.append(ReplaceHistory(m.history))
+        self._persist_epochs()
+        self._follow(leader, t)
+        self.in_sync = True
+        self._announce()
+        self._send(leader, AckLeader(e))
+
+    def _on_ack_leader(self, f: int, m: AckLeader, t: int) -> None:
+        if self.role != LEADING or not self.discovered or m.epoch != self.current_epoch:
+            return
+        self.last_heard[f] = t
+        self.leader_acks.add(f)
+        if self.synced:
+            self._send(f, Commit(self.last_committed))
+        else:
+            self._try_finish_sync(t)
+
+    # -------------------------------------------------------------- broadcast
+
+    def propose(self, payload: bytes, t: int) -> int:
+        """Leader only (Leading and synced): order ``payload``; returns its zxid."""
+        if not (self.role == LEADING and self.synced):
+            raise NotLeader(f"node {self.id} is not a synced leader")
+        self.next_counter += 1
+        if self.next_counter > zx.U32_MAX:
+            raise zx.CounterOverflow(f"counter {self.next_counter} in epoch {self.current_epoch} does not fit in u32")
+        z = (self.current_epoch << 32) | self.next_counter
+        txn = Txn(z, payload)
+        self.history.append(txn)
+        self.ack_set[z] = {self.id}
+        self.effects.append(AppendTxn(txn))
+        self._broadcast(Propose(txn))
+        self._try_commit(z)
+        return z
+
+    def _try_commit(self, z: int) -> None:
+        acks = self.ack_set.get(z)
+        if z <= self.last_committed or acks is None or len(acks) < self.quorum:
+            return
+        self.last_committed = z
+        ack_set = self.ack_set
+        for pending in [p for p in ack_set if p <= z]:
+            del ack_set[pending]
+        self.effects.append(CommitTo(z))
+        self._broadcast(Commit(z))
+
+    def _on_propose(self, leader: int, m: Propose, t: int) -> None:
+        if self.role == FOLLOWING and self.leader == leader and self.in_sync:
+            z = m.txn.zxid
+            succ = self.successor()
+            if z == succ:
+                self.history.append(m.txn)
+                self.reset_deadline(t)
+                self.effects.append(AppendTxn(m.txn))
+                self._send(leader, Ack(z))
+            elif z > succ:
+                self.start_election(t)
+
+    def _on_ack(self, f: int, m: Ack, t: int) -> None:
+        if self.role != LEADING:
+            return
+        self.last_heard[f] = t
+        acks = self.ack_set.get(m.zxid)
+        if acks is not None:
+            acks.add(f)
+            self._try_commit(m.zxid)
+
+    def _on_commit(self, leader: int, m: Commit, t: int) -> None:
+        if self.role == FOLLOWING and self.leader == leader and self.in_sync:
+            z = m.zxid
+            last = self.last_zxid()
+            if z > last:
+                self.start_election(t)
+                return
+            self.reset_deadline(t)
+            if z <= self.last_committed:
+                self._send(leader, Ack(last))
+            else:
+                self.last_committed = z
+                self.effects.append(CommitTo(z))
+
+    # --------------------------------------------------------------- dispatch
+
+    def on_message(self, src: int, msg: Message, t: int) -> None:
+        _HANDLERS[type(msg)](self, src, msg, t)
+
+
+_HANDLERS = {
+    LookForLeader: Node._on_look_for_leader,
+    Vote: Node._on_vote_msg,
+    NewEpoch: Node._on_new_epoch,
+    AckEpoch: Node._on_ack_epoch,
+    NewLeader: Node._on_new_leader,
+    AckLeader: Node._on_ack_leader,
+    Propose: Node._on_propose,
+    Ack: Node._on_ack,
+    Commit: Node._on_commit,
+}

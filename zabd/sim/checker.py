@@ -1,0 +1,221 @@
+"""Safety checker: watches every node through its effects, after every handler.
+
+Invariants (the first violation is kept, with tick and node):
+
+* ``history-order``: every history has strictly increasing zxids, the first
+  txn of each epoch has counter 1 and counters have no gaps within an epoch
+  (local primary order: a node that holds a leader's txn holds all that
+  leader's earlier txns).
+* ``commit-missing``: a node's ``last_committed`` is a txn of its own history.
+* ``agreement``: the committed prefixes of any two nodes agree (total order,
+  and with ``history-order``, global primary order).
+* ``integrity``: a committed txn is one the leader of its epoch proposed, with
+  the same payload.
+* ``two-leaders``: at most one leader is established (finishes discovery) per
+  epoch.
+* ``lost-commit``: every txn committed anywhere is in the history of every
+  leader established afterwards, and of every established leader of a later
+  epoch when the commit happens.
+
+The ``record_*`` methods are the checker's input and can be driven directly
+with hand-made histories; :meth:`observe` adapts the core's effects to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from zabd.protocol import zxid as zx
+from zabd.protocol.effects import (
+    PHASE_SYNC,
+    AppendTxn,
+    CommitTo,
+    Effect,
+    ReplaceHistory,
+    RoleChanged,
+)
+from zabd.protocol.messages import Txn
+from zabd.protocol.node import LEADING, Node
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    tick: int
+    node: int
+    kind: str
+    detail: str
+    reproducer: str
+
+    def describe(self) -> str:
+        return f"tick {self.tick}, node {self.node}: {self.kind}: {self.detail}"
+
+
+class SafetyChecker:
+    def __init__(self, reproducer: str = "") -> None:
+        self.reproducer = reproducer
+        self.violation: Violation | None = None
+        self.committed: list[Txn] = []  # the global committed sequence
+        self.proposed: dict[int, bytes] = {}  # zxid -> payload, as leaders proposed them
+        self.epoch_leader: dict[int, int] = {}  # epoch -> established leader id
+        self.established: dict[int, int] = {}  # node id -> epoch it leads (established), while it does
+        self._histories: dict[int, Sequence[Txn]] = {}
+        self._ordered_len: dict[int, int] = {}  # prefix length verified for history-order
+        self._agreed_len: dict[int, int] = {}  # prefix length verified against `committed`
+
+    # ----------------------------------------------------------------- output
+
+    def _fail(self, tick: int, node: int, kind: str, detail: str) -> None:
+        if self.violation is None:
+            self.violation = Violation(tick, node, kind, detail, self.reproducer)
+
+    @property
+    def ok(self) -> bool:
+        return self.violation is None
+
+    # ------------------------------------------------------------------ input
+
+    def record_history(self, tick: int, node: int, history: Sequence[Txn], replaced: bool) -> None:
+        """The node's history changed: appended to, or replaced."""
+        self._histories[node] = history
+        if replaced:
+            self._ordered_len[node] = 0
+            self._agreed_len[node] = 0
+        start = self._ordered_len.get(node, 0)
+        prev = history[start - 1].zxid if start > 0 else zx.ZERO
+        for i in range(start, len(history)):
+            z = history[i].zxid
+            epoch, counter = z >> 32, z & zx.U32_MAX
+            if z <= prev:
+                self._fail(tick, node, "history-order", f"zxid {zx.fmt(z)} at index {i} follows {zx.fmt(prev)}")
+                return
+            want = (prev & zx.U32_MAX) + 1 if (prev >> 32) == epoch else 1
+            if counter != want:
+                self._fail(tick, node, "history-order", f"zxid {zx.fmt(z)} at index {i}: expected counter {want}")
+                return
+            prev = z
+        self._ordered_len[node] = len(history)
+
+    def record_proposal(self, tick: int, node: int, txn: Txn) -> None:
+        known = self.proposed.get(txn.zxid)
+        if known is not None and known != txn.payload:
+            self._fail(tick, node, "two-leaders", f"zxid {zx.fmt(txn.zxid)} proposed twice with different payloads")
+        self.proposed[txn.zxid] = txn.payload
+
+    def record_established(self, tick: int, node: int, epoch: int, history: Sequence[Txn]) -> None:
+        """``node`` finished discovery for ``epoch`` with ``history``."""
+        other = self.epoch_leader.get(epoch)
+        if other is not None and other != node:
+            self._fail(tick, node, "two-leaders", f"epoch {epoch} established by node {other} and node {node}")
+        self.epoch_leader[epoch] = node
+        self.established[node] = epoch
+        for txn in history:
+            self.proposed.setdefault(txn.zxid, txn.payload)
+        committed = self.committed
+        if len(history) < len(committed) or list(history[: len(committed)]) != committed:
+            missing = next(
+                (t for i, t in enumerate(committed) if i >= len(history) or history[i] != t), committed[-1]
+            )
+            self._fail(
+                tick,
+                node,
+                "lost-commit",
+                f"leader of epoch {epoch} lacks committed zxid {zx.fmt(missing.zxid)}",
+            )
+
+    def record_not_leading(self, node: int) -> None:
+        self.established.pop(node, None)
+
+    def record_commit(self, tick: int, node: int, last_committed: int, history: Sequence[Txn]) -> None:
+        """The node's ``last_committed`` (or the history under it) changed."""
+        if last_committed == zx.ZERO:
+            return
+        idx = _bisect_txns(history, last_committed)
+        if idx >= len(history) or history[idx].zxid != last_committed:
+            self._fail(
+                tick, node, "commit-missing", f"last_committed {zx.fmt(last_committed)} is not in the node's history"
+            )
+            return
+        k = idx + 1
+        committed = self.committed
+        start = self._agreed_len.get(node, 0)
+        upto = min(k, len(committed))
+        for i in range(start, upto):
+            if history[i] != committed[i]:
+                self._fail(
+                    tick,
+                    node,
+                    "agreement",
+                    f"committed position {i} is {zx.fmt(history[i].zxid)} here but {zx.fmt(committed[i].zxid)} "
+                    "elsewhere",
+                )
+                return
+        if k > len(committed):
+            new = history[len(committed) : k]
+            for txn in new:
+                proposed = self.proposed.get(txn.zxid)
+                if proposed is None or proposed != txn.payload:
+                    self._fail(
+                        tick, node, "integrity", f"committed zxid {zx.fmt(txn.zxid)} was never proposed as such"
+                    )
+                    return
+            committed.extend(new)
+            last_epoch = new[-1].zxid >> 32
+            for leader, epoch in self.established.items():
+                if epoch > last_epoch:
+                    lh = self._histories.get(leader, ())
+                    for txn in new:
+                        j = _bisect_txns(lh, txn.zxid)
+                        if j >= len(lh) or lh[j] != txn:
+                            self._fail(
+                                tick,
+                                leader,
+                                "lost-commit",
+                                f"zxid {zx.fmt(txn.zxid)} committed at node {node} but missing from the "
+                                f"established leader of epoch {epoch}",
+                            )
+                            return
+        self._agreed_len[node] = k
+
+    # -------------------------------------------------------- effect adapter
+
+    def observe(self, tick: int, node: Node, effects: list[Effect]) -> None:
+        """Simulator observer: called with each batch of a node's effects."""
+        if self.violation is not None:
+            return
+        nid = node.id
+        history_changed = replaced = commit_changed = False
+        for eff in effects:
+            cls = type(eff)
+            if cls is AppendTxn:
+                history_changed = True
+                if node.role == LEADING:
+                    self.record_proposal(tick, nid, eff.txn)  # type: ignore[union-attr]
+            elif cls is ReplaceHistory:
+                history_changed = replaced = commit_changed = True
+            elif cls is CommitTo:
+                commit_changed = True
+            elif cls is RoleChanged:
+                rc: RoleChanged = eff  # type: ignore[assignment]
+                if rc.role == LEADING and rc.phase == PHASE_SYNC:
+                    self.record_established(tick, nid, rc.epoch, node.history)
+                elif rc.role != LEADING:
+                    self.record_not_leading(nid)
+        if history_changed:
+            self.record_history(tick, nid, node.history, replaced)
+        if commit_changed:
+            self.record_commit(tick, nid, node.last_committed, node.history)
+
+    def record_crash(self, node: int) -> None:
+        self.record_not_leading(node)
+
+
+def _bisect_txns(history: Sequence[Txn], z: int) -> int:
+    lo, hi = 0, len(history)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if history[mid].zxid < z:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,153 @@
+"""``zabd sim``: argument rules of spec section 1, exactly.
+
+Options are ``--name value`` in any order; ``--name=value`` is an unknown
+option; a value that begins with ``--`` is a missing value; numbers are plain
+ASCII decimals. Usage errors: one line on stderr, nothing on stdout, exit 2.
+
+Beyond the spec: ``--check`` runs the safety checker (exit 1 on a violation),
+``--random-faults COUNT`` draws a seeded fault schedule and prints it on stderr
+as ``faults: SPEC`` so the run replays with ``--faults SPEC``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+
+from zabd.protocol.zxid import CounterOverflow
+from zabd.sim.faults import FaultEvent, FaultSpecError, format_faults, parse_faults, random_faults
+
+U64_MAX = (1 << 64) - 1
+_DECIMAL = re.compile(r"[0-9]+")
+VALUE_OPTIONS = ("seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults")
+FLAG_OPTIONS = ("check",)
+REQUIRED = ("seed", "nodes", "rounds", "proposals")
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class SimArgs:
+    seed: int
+    nodes: int
+    rounds: int
+    proposals: int
+    partition: frozenset[tuple[int, int]]
+    faults: tuple[FaultEvent, ...]
+    dump: str | None
+    check: bool
+    random_faults: int | None
+
+
+def plain_decimal(name: str, text: str, limit: int = U64_MAX) -> int:
+    if not _DECIMAL.fullmatch(text):
+        raise UsageError(f"--{name}: {text!r} is not a plain decimal number")
+    value = int(text)
+    if value > limit:
+        raise UsageError(f"--{name}: {text} is out of range (at most {limit})")
+    return value
+
+
+def parse_partition(text: str, nodes: int) -> frozenset[tuple[int, int]]:
+    if text == "":
+        return frozenset()
+    ids = [plain_decimal("partition", part) for part in text.split(",")]
+    if len(ids) % 2:
+        raise UsageError(f"--partition: {len(ids)} ids given; expected an even count (directed pairs s,d)")
+    pairs = set()
+    for s, d in zip(ids[::2], ids[1::2], strict=True):
+        for x in (s, d):
+            if not 1 <= x <= nodes:
+                raise UsageError(f"--partition: node id {x} is outside 1..={nodes}")
+        if s == d:
+            raise UsageError(f"--partition: pair {s},{d} names the same node twice")
+        pairs.add((s, d))
+    return frozenset(pairs)
+
+
+def parse_args(argv: list[str]) -> SimArgs:
+    raw: dict[str, str] = {}
+    flags: set[str] = set()
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("--"):
+            raise UsageError(f"unexpected argument {token!r}; options are --name value")
+        name = token[2:]
+        if name in FLAG_OPTIONS:
+            if name in flags:
+                raise UsageError(f"option {token} given twice")
+            flags.add(name)
+            i += 1
+            continue
+        if name not in VALUE_OPTIONS:
+            raise UsageError(f"unknown option {token}")
+        if name in raw:
+            raise UsageError(f"option {token} given twice")
+        if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+            raise UsageError(f"option {token} needs a value")
+        raw[name] = argv[i + 1]
+        i += 2
+    for name in REQUIRED:
+        if name not in raw:
+            raise UsageError(f"missing option --{name}")
+    seed = plain_decimal("seed", raw["seed"])
+    nodes = plain_decimal("nodes", raw["nodes"])
+    if not 1 <= nodes <= 255:
+        raise UsageError(f"--nodes: {raw['nodes']} is outside 1..=255")
+    rounds = plain_decimal("rounds", raw["rounds"])
+    proposals = plain_decimal("proposals", raw["proposals"])
+    partition = parse_partition(raw.get("partition", ""), nodes)
+    faults: list[FaultEvent] = []
+    if "faults" in raw:
+        try:
+            faults = parse_faults(raw["faults"], nodes)
+        except FaultSpecError as exc:
+            raise UsageError(f"--faults: {exc}") from None
+    rf: int | None = None
+    if "random-faults" in raw:
+        if "faults" in raw:
+            raise UsageError("--random-faults and --faults exclude each other")
+        rf = plain_decimal("random-faults", raw["random-faults"], 10_000)
+    return SimArgs(
+        seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf
+    )
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+    except UsageError as exc:
+        print(f"zabd sim: {exc}", file=sys.stderr)
+        return 2
+    # Imported after parsing: usage errors stay cheap.
+    from zabd.sim.run import run_scenario
+    from zabd.sim.simulator import SimConfig
+
+    faults = args.faults
+    if args.random_faults is not None:
+        faults = tuple(random_faults(args.seed, args.nodes, args.rounds, args.random_faults))
+        print(f"faults: {format_faults(list(faults))}", file=sys.stderr)
+    config = SimConfig(args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults)
+    try:
+        result = run_scenario(config, check=args.check, keep_dump=args.dump is not None)
+    except CounterOverflow as exc:
+        print(f"zabd sim: {exc}", file=sys.stderr)
+        return 1
+    if args.dump is not None:
+        assert result.dump is not None
+        try:
+            with open(args.dump, "wb") as fh:
+                fh.write(result.dump)
+        except OSError as exc:
+            print(f"zabd sim: cannot write --dump {args.dump}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    if result.violation is not None:
+        print(f"zabd sim: safety violation: {result.violation.describe()}", file=sys.stderr)
+        print(f"zabd sim: reproduce with: {result.violation.reproducer}", file=sys.stderr)
+    sys.stdout.write(result.digest)
+    sys.stdout.flush()
+    return 1 if result.violation is not None else 0

@@ -1,0 +1,42 @@
+"""The canonical cluster dump of spec section 10 and its digest."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+
+from zabd.protocol.node import Node
+
+MAGIC = b"DSEZAB01"
+_NODE = struct.Struct("<IBIIIIIII")
+_TXN = struct.Struct("<III")
+_U32 = struct.Struct("<I")
+
+
+def dump(nodes: Sequence[Node]) -> bytes:
+    out = [MAGIC, _U32.pack(len(nodes))]
+    for node in sorted(nodes, key=lambda n: n.id):
+        last = node.last_zxid()
+        lc = node.last_committed
+        out.append(
+            _NODE.pack(
+                node.id,
+                node.role,
+                node.current_epoch,
+                node.accepted_epoch,
+                last >> 32,
+                last & 0xFFFFFFFF,
+                lc >> 32,
+                lc & 0xFFFFFFFF,
+                len(node.history),
+            )
+        )
+        for z, payload in node.history:
+            out.append(_TXN.pack(z >> 32, z & 0xFFFFFFFF, len(payload)))
+            out.append(payload)
+    return b"".join(out)
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

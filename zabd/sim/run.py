@@ -1,0 +1,123 @@
+"""One simulated scenario, end to end: the API behind ``zabd sim`` and the
+Spark sweeps. Returns the canonical digest plus what a sweep wants to know."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zabd.protocol.effects import PHASE_SYNC, AppendTxn, CommitTo, Effect, RoleChanged
+from zabd.protocol.node import LEADING, Node
+from zabd.sim.checker import SafetyChecker, Violation
+from zabd.sim.dump import digest, dump
+from zabd.sim.simulator import SimConfig, Simulator, schedule_tick
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioResult:
+    config: SimConfig
+    digest: str
+    violation: Violation | None
+    committed: int  # length of the longest committed prefix at the end
+    elections: int  # leaders established (discovery finished)
+    first_leader_tick: int  # -1 if no leader was ever established
+    commit_latency_p50: int  # ticks from a payload's schedule tick to its commit at the leader; -1 if none
+    commit_latency_p99: int
+    messages_sent: int
+    messages_dropped: int
+    deliveries: int
+    ticks_visited: int
+    dump: bytes | None = None
+
+    @property
+    def reproducer(self) -> str:
+        return self.config.command() + " --check"
+
+
+class RunMetrics:
+    """Observer that measures elections and commit latency from effects."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.elections = 0
+        self.first_leader_tick = -1
+        self.latencies: list[int] = []
+        self._pending: dict[int, list[int]] = {}  # leader id -> zxids proposed, in order
+        self._sched: dict[int, int] = {}  # zxid -> schedule tick of its payload
+
+    def observe(self, tick: int, node: Node, effects: list[Effect]) -> None:
+        for eff in effects:
+            cls = type(eff)
+            if cls is AppendTxn and node.role == LEADING:
+                txn = eff.txn  # type: ignore[union-attr]
+                index = int(txn.payload[4:])
+                self._sched[txn.zxid] = schedule_tick(index, self.config.rounds, self.config.proposals)
+                self._pending.setdefault(node.id, []).append(txn.zxid)
+            elif cls is CommitTo and node.role == LEADING:
+                z = eff.zxid  # type: ignore[union-attr]
+                queue = self._pending.get(node.id)
+                if queue:
+                    n = 0
+                    for pz in queue:
+                        if pz > z:
+                            break
+                        self.latencies.append(tick - self._sched.pop(pz))
+                        n += 1
+                    del queue[:n]
+            elif cls is RoleChanged:
+                rc: RoleChanged = eff  # type: ignore[assignment]
+                if rc.role == LEADING and rc.phase == PHASE_SYNC:
+                    self.elections += 1
+                    if self.first_leader_tick < 0:
+                        self.first_leader_tick = tick
+                if rc.role != LEADING:
+                    self._pending.pop(node.id, None)
+
+
+def _percentile(values: list[int], q: float) -> int:
+    if not values:
+        return -1
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def committed_length(node: Node) -> int:
+    """How many txns of the node's history are committed."""
+    lc = node.last_committed
+    h = node.history
+    lo, hi = 0, len(h)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if h[mid].zxid <= lc:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False) -> ScenarioResult:
+    checker = SafetyChecker(config.command() + " --check") if check else None
+    metrics = RunMetrics(config)
+
+    def observe(tick: int, node: Node, effects: list[Effect]) -> None:
+        if checker is not None:
+            checker.observe(tick, node, effects)
+        metrics.observe(tick, node, effects)
+
+    sim = Simulator(config, observer=observe)
+    nodes = sim.run()
+    raw = dump(nodes)
+    return ScenarioResult(
+        config=config,
+        digest=digest(raw),
+        violation=checker.violation if checker is not None else None,
+        committed=max(committed_length(n) for n in nodes),
+        elections=metrics.elections,
+        first_leader_tick=metrics.first_leader_tick,
+        commit_latency_p50=_percentile(metrics.latencies, 0.50),
+        commit_latency_p99=_percentile(metrics.latencies, 0.99),
+        messages_sent=sim.stats.messages_sent,
+        messages_dropped=sim.stats.messages_dropped,
+        deliveries=sim.stats.deliveries,
+        ticks_visited=sim.stats.ticks_visited,
+        dump=raw if keep_dump else None,
+    )

@@ -1,0 +1,252 @@
+"""The deterministic simulator (spec sections 4, 7 and 12) around the core.
+
+The loop visits only ticks where something can happen: the next delivery, the
+next scheduled proposal, the next fault event, and the earliest ``wake`` of any
+node (a lower bound on when ``on_tick`` can act). Skipped ticks would have been
+no-ops, so the digest is the one the tick-by-tick loop of section 7 produces.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from zabd.protocol import zxid as zx
+from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send
+from zabd.protocol.messages import Message
+from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node
+from zabd.protocol.rand import MASK64, mix
+from zabd.sim.faults import Crash, Cut, FaultEvent, Restart
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    seed: int
+    nodes: int
+    rounds: int
+    proposals: int
+    partition: frozenset[tuple[int, int]] = frozenset()
+    faults: tuple[FaultEvent, ...] = ()
+
+    def command(self) -> str:
+        """The one-line ``zabd sim`` command that replays this configuration."""
+        parts = [
+            f"zabd sim --seed {self.seed} --nodes {self.nodes} --rounds {self.rounds} --proposals {self.proposals}"
+        ]
+        if self.partition:
+            flat = ",".join(f"{s},{d}" for s, d in sorted(self.partition))
+            parts.append(f"--partition {flat}")
+        if self.faults:
+            parts.append("--faults " + ",".join(str(e) for e in self.faults))
+        return " ".join(parts)
+
+
+@dataclass(slots=True)
+class SimStats:
+    """What a run did, for sweeps (not part of the canonical dump)."""
+
+    messages_sent: int = 0
+    messages_dropped: int = 0
+    messages_discarded: int = 0
+    elections: int = 0
+    first_leader_tick: int = -1
+    proposals_submitted: int = 0
+    ticks_visited: int = 0
+    deliveries: int = 0
+    commit_latencies: list[int] = field(default_factory=list)
+
+
+# Effects observer: (tick, node, effects). The checker is one.
+Observer = Callable[[int, Node, list[Effect]], None]
+TickObserver = Callable[[int, list[Node]], None]
+
+
+def schedule_tick(i: int, rounds: int, proposals: int) -> int:
+    return (i + 1) * rounds // (proposals + 1)
+
+
+class Simulator:
+    def __init__(
+        self,
+        config: SimConfig,
+        observer: Observer | None = None,
+        after_tick: TickObserver | None = None,
+        track_latency: bool = False,
+    ) -> None:
+        self.config = config
+        n = config.nodes
+        ids = list(range(1, n + 1))
+        self.nodes: list[Node] = [Node(i, [p for p in ids if p != i], config.seed) for i in ids]
+        self.up = [True] * (n + 1)
+        self.incarnation = [0] * (n + 1)
+        self.last_at = [[0] * (n + 1) for _ in range(n + 1)]
+        self.blocked = [[False] * (n + 1) for _ in range(n + 1)]
+        for s, d in config.partition:
+            self.blocked[s][d] = True
+        cuts: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for e in config.faults:
+            if isinstance(e, Cut):
+                cuts.setdefault((e.src, e.dst), []).append((e.start, e.end))
+                if e.both:
+                    cuts.setdefault((e.dst, e.src), []).append((e.start, e.end))
+        self.cuts = cuts
+        self.node_events: dict[int, list[Crash | Restart]] = {}
+        for e in config.faults:
+            if isinstance(e, (Crash, Restart)):
+                self.node_events.setdefault(e.at, []).append(e)
+        self.heap: list[tuple[int, int, int, int, int, Message]] = []
+        self.seq = 0
+        self.stats = SimStats()
+        self.observer = observer
+        self.after_tick = after_tick
+        self.track_latency = track_latency
+        self._proposed_at: dict[int, int] = {}
+        self.tick = 0
+
+    # ---------------------------------------------------------------- network
+
+    def _send(self, src: int, dst: int, msg: Message, t: int) -> bool:
+        """Section 4 with section 12's drops. Returns False if dropped."""
+        if self.blocked[src][dst] or not self.up[dst]:
+            return False
+        if self.cuts:
+            spans = self.cuts.get((src, dst))
+            if spans is not None:
+                for start, end in spans:
+                    if start <= t < end:
+                        return False
+        at = t + 1 + mix((self.config.seed ^ src ^ dst ^ t) & MASK64) % 3
+        row = self.last_at[src]
+        if row[dst] > at:
+            at = row[dst]
+        row[dst] = at
+        heapq.heappush(self.heap, (at, src, self.seq, dst, self.incarnation[dst], msg))
+        self.seq += 1
+        return True
+
+    def _flush(self, node: Node, t: int) -> None:
+        effects = node.effects
+        if not effects:
+            return
+        node.effects = []
+        if self.observer is not None:
+            self.observer(t, node, effects)
+        src = node.id
+        stats = self.stats
+        failed: list[int] = []
+        for eff in effects:
+            cls = type(eff)
+            if cls is Send:
+                dst = eff.dst  # type: ignore[union-attr]
+                if self._send(src, dst, eff.msg, t):  # type: ignore[union-attr]
+                    stats.messages_sent += 1
+                else:
+                    stats.messages_dropped += 1
+                    failed.append(dst)
+            elif cls is Broadcast:
+                msg = eff.msg  # type: ignore[union-attr]
+                for dst in node.peers:
+                    if self._send(src, dst, msg, t):
+                        stats.messages_sent += 1
+                    else:
+                        stats.messages_dropped += 1
+                        failed.append(dst)
+        # Deferred until the handler returned: link_failed only reads
+        # (role, discovered), which no handler changes after a send that
+        # could be dropped, so this equals calling it at the drop.
+        for dst in failed:
+            node.link_failed(dst, t)
+
+    # ------------------------------------------------------------------- loop
+
+    def run(self) -> list[Node]:
+        cfg = self.config
+        rounds, k = cfg.rounds, cfg.proposals
+        nodes = self.nodes
+        up = self.up
+        heap = self.heap
+        stats = self.stats
+        pending: list[bytes] = []
+        next_i = 0
+        next_sched = schedule_tick(0, rounds, k) if k > 0 else rounds
+        fault_ticks = sorted(self.node_events)
+        fault_pos = 0
+        track = self.track_latency
+        t = 0
+        while t < rounds:
+            self.tick = t
+            stats.ticks_visited += 1
+            # faults, before step 1
+            if fault_pos < len(fault_ticks) and fault_ticks[fault_pos] == t:
+                for ev in self.node_events[t]:
+                    node = nodes[ev.node - 1]
+                    if isinstance(ev, Crash):
+                        up[ev.node] = False
+                        node.crash()
+                        if self.observer is not None:
+                            # a crash ends any role; observers see it like a role change
+                            self.observer(t, node, [RoleChanged(LOOKING, NO_LEADER, node.current_epoch, PHASE_NONE)])
+                    else:
+                        up[ev.node] = True
+                        self.incarnation[ev.node] += 1
+                        node.restart(t)
+                fault_pos += 1
+            # step 1
+            while next_i < k and next_sched == t:
+                pending.append(b"zab-%d" % next_i)
+                next_i += 1
+                next_sched = schedule_tick(next_i, rounds, k) if next_i < k else rounds
+            # step 2
+            if pending:
+                for node in nodes:
+                    if node.role == LEADING and node.synced and up[node.id]:
+                        for payload in pending:
+                            z = node.propose(payload, t)
+                            if track:
+                                self._proposed_at[z] = t
+                            self._flush(node, t)
+                        stats.proposals_submitted += len(pending)
+                        pending = []
+                        break
+            # step 3
+            while heap and heap[0][0] <= t:
+                _, src, _, dst, inc, msg = heapq.heappop(heap)
+                if not up[dst] or inc != self.incarnation[dst]:
+                    stats.messages_discarded += 1
+                    continue
+                stats.deliveries += 1
+                node = nodes[dst - 1]
+                node.on_message(src, msg, t)
+                if node.effects:
+                    self._flush(node, t)
+            # step 4
+            for node in nodes:
+                if t >= node.wake and up[node.id]:
+                    node.on_tick(t)
+                    if node.effects:
+                        self._flush(node, t)
+            if self.after_tick is not None:
+                self.after_tick(t, nodes)
+            # next tick where anything can happen
+            nxt = next_sched
+            if heap and heap[0][0] < nxt:
+                nxt = heap[0][0]
+            if fault_pos < len(fault_ticks) and fault_ticks[fault_pos] < nxt:
+                nxt = fault_ticks[fault_pos]
+            for node in nodes:
+                if node.wake < nxt and up[node.id]:
+                    nxt = node.wake
+            if pending and nxt > t + 1:
+                for node in nodes:
+                    if node.role == LEADING and node.synced and up[node.id]:
+                        nxt = t + 1
+                        break
+            t = nxt if nxt > t else t + 1
+        return nodes
+
+
+def check_u32(nodes: list[Node]) -> None:
+    for node in nodes:
+        if node.current_epoch > zx.U32_MAX or node.accepted_epoch > zx.U32_MAX:
+            raise zx.CounterOverflow(f"node {node.id}: epoch does not fit in u32")
