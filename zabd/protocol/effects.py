@@ -8,7 +8,7 @@ from leaving before the state it acknowledges (ZOOKEEPER-3911/4643/4646).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 from zabd.protocol.messages import History, Message, Txn
 
@@ -54,7 +54,7 @@ class RoleChanged(NamedTuple):
     phase: int  # PHASE_* below
 
 
-Effect = Union[Send, Broadcast, PersistEpochs, AppendTxn, ReplaceHistory, CommitTo, RoleChanged]
+Effect = Send | Broadcast | PersistEpochs | AppendTxn | ReplaceHistory | CommitTo | RoleChanged
 
 PERSIST_EFFECTS: tuple[type[Effect], ...] = (PersistEpochs, AppendTxn, ReplaceHistory)
 

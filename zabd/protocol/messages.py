@@ -7,7 +7,7 @@ Zxids are packed integers (see :mod:`zabd.protocol.zxid`).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 
 class Txn(NamedTuple):
@@ -62,7 +62,7 @@ class Commit(NamedTuple):
     zxid: int
 
 
-Message = Union[LookForLeader, Vote, NewEpoch, AckEpoch, NewLeader, AckLeader, Propose, Ack, Commit]
+Message = LookForLeader | Vote | NewEpoch | AckEpoch | NewLeader | AckLeader | Propose | Ack | Commit
 
 # Stable wire tags: the index of each type in this tuple. Append only.
 MESSAGE_TYPES: tuple[type[Message], ...] = (

@@ -19,7 +19,8 @@ computes:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import (
@@ -544,7 +545,7 @@ class Node:
         _HANDLERS[type(msg)](self, src, msg, t)
 
 
-_HANDLERS = {
+_HANDLERS: dict[type, Callable[[Node, int, Any, int], None]] = {
     LookForLeader: Node._on_look_for_leader,
     Vote: Node._on_vote_msg,
     NewEpoch: Node._on_new_epoch,

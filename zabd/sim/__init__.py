@@ -2,7 +2,7 @@
 
 from zabd.sim.dump import digest, dump
 from zabd.sim.faults import FaultSpecError, format_faults, parse_faults, random_faults
-from zabd.sim.simulator import SimConfig, Simulator, SimStats
+from zabd.sim.simulator import SimConfig, SimStats, Simulator
 
 __all__ = [
     "digest",

@@ -72,7 +72,7 @@ class Simulator:
         config: SimConfig,
         observer: Observer | None = None,
         after_tick: TickObserver | None = None,
-        track_latency: bool = False,
+        skip_idle: bool = True,
     ) -> None:
         self.config = config
         n = config.nodes
@@ -100,8 +100,9 @@ class Simulator:
         self.stats = SimStats()
         self.observer = observer
         self.after_tick = after_tick
-        self.track_latency = track_latency
-        self._proposed_at: dict[int, int] = {}
+        # False: visit every tick and call on_tick on every up node, exactly as
+        # section 7 reads (the reference the fast path is tested against).
+        self.skip_idle = skip_idle
         self.tick = 0
 
     # ---------------------------------------------------------------- network
@@ -172,7 +173,7 @@ class Simulator:
         next_sched = schedule_tick(0, rounds, k) if k > 0 else rounds
         fault_ticks = sorted(self.node_events)
         fault_pos = 0
-        track = self.track_latency
+        skip = self.skip_idle
         t = 0
         while t < rounds:
             self.tick = t
@@ -202,9 +203,7 @@ class Simulator:
                 for node in nodes:
                     if node.role == LEADING and node.synced and up[node.id]:
                         for payload in pending:
-                            z = node.propose(payload, t)
-                            if track:
-                                self._proposed_at[z] = t
+                            node.propose(payload, t)
                             self._flush(node, t)
                         stats.proposals_submitted += len(pending)
                         pending = []
@@ -222,12 +221,15 @@ class Simulator:
                     self._flush(node, t)
             # step 4
             for node in nodes:
-                if t >= node.wake and up[node.id]:
+                if up[node.id] and (t >= node.wake or not skip):
                     node.on_tick(t)
                     if node.effects:
                         self._flush(node, t)
             if self.after_tick is not None:
                 self.after_tick(t, nodes)
+            if not skip:
+                t += 1
+                continue
             # next tick where anything can happen
             nxt = next_sched
             if heap and heap[0][0] < nxt:
