@@ -1,0 +1,69 @@
+"""``zabd serve --config FILE``: run one replica until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from zabd.server.config import ConfigError, ServerConfig, load_config
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"zabd serve: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+async def _run(config: ServerConfig) -> int:
+    from zabd.server.replica import Replica
+    from zabd.server.storage_factory import open_storage
+
+    storage = open_storage(config)
+    replica = Replica(config, storage)
+    try:
+        await replica.start()
+    except OSError as exc:
+        replica.log.error("cannot listen", error=str(exc))
+        print(f"zabd serve: cannot listen: {exc}", file=sys.stderr)
+        storage.close()
+        return 1
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(replica.shutdown()))
+    await replica.wait_stopped()
+    return 1 if replica.fatal is not None else 0
+
+
+def serve_main(argv: list[str]) -> int:
+    parser = _Parser(prog="zabd serve", description="run a zabd replica")
+    parser.add_argument("--config", help="TOML file; ZABD_* environment variables override its fields")
+    parser.add_argument("--log-format", choices=("json", "console"), help="log line format (default: json)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"zabd serve: {exc}", file=sys.stderr)
+        return 2
+    updates = {}
+    if args.log_format:
+        updates["log_format"] = args.log_format
+    if args.log_level:
+        updates["log_level"] = args.log_level
+    if updates:
+        config = config.model_copy(update=updates)
+
+    from zabd.server import zlog
+
+    zlog.configure(config.log_format, config.log_level)
+    try:
+        import uvloop
+
+        return uvloop.run(_run(config))  # type: ignore[no-any-return]
+    except ConfigError as exc:
+        print(f"zabd serve: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

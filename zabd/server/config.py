@@ -1,0 +1,258 @@
+"""Server configuration: a TOML file and/or ``ZABD_*`` environment variables.
+
+Validated by one pydantic model. Every failure becomes a :class:`ConfigError`
+whose message is one line naming the field, the value and what was expected,
+because the operator reading it may be looking at a container's last log line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "ZABD_"
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+
+class ConfigError(Exception):
+    """A user mistake in the configuration; ``str()`` is the one-line message."""
+
+
+def parse_hostport(value: str) -> tuple[str, int]:
+    """``host:port`` -> ``(host, port)``; raises ValueError with what was expected."""
+    host, sep, port_s = value.rpartition(":")
+    if not sep or not host or not port_s.isdigit():
+        raise ValueError("expected host:port")
+    port = int(port_s)
+    if not 1 <= port <= 65535:
+        raise ValueError("expected host:port with a port in 1..65535")
+    return host.strip("[]"), port
+
+
+class ServerConfig(BaseModel):
+    """One replica's configuration. ``peers`` maps every node id of the
+    ensemble (this node's included) to its quorum ``host:port``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    id: int = Field(ge=1, le=255, description="this node's id (1..n)")
+    peers: dict[int, str] = Field(description="every node's quorum host:port, this node's included")
+    client: str = Field(description="client service host:port")
+    data_dir: str = "data"
+    tick_ms: int = Field(default=10, ge=1, le=10_000)
+    seed: int = Field(default=0, ge=0, le=2**64 - 1)
+    storage: Literal["memory", "disk"] = "memory"
+    fsync: bool = True
+    max_frame: int = Field(default=DEFAULT_MAX_FRAME, ge=1024, le=2**31)
+    # Outbound bytes queued on one peer link before the link counts as broken
+    # (a stopped follower must not grow the leader's memory without bound).
+    max_link_buffer: int = Field(default=256 * 1024 * 1024, ge=1024)
+    connect_grace_ms: int = Field(default=1000, ge=0, le=60_000)
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("peers", mode="before")
+    @classmethod
+    def _peer_keys(cls, value: Any) -> Any:
+        # TOML table keys are strings; the environment form gives strings too.
+        if not isinstance(value, dict):
+            return value
+        out: dict[Any, Any] = {}
+        for key, addr in value.items():
+            if isinstance(key, str):
+                if not key.isdigit():
+                    raise ValueError(f"peer id {key!r} is not a node id; expected an integer 1..255")
+                key = int(key)
+            out[key] = addr
+        return out
+
+    @field_validator("peers")
+    @classmethod
+    def _peers_valid(cls, value: dict[int, str]) -> dict[int, str]:
+        if not value:
+            raise ValueError("expected at least one node")
+        seen: dict[tuple[str, int], int] = {}
+        for node_id in sorted(value):
+            addr = value[node_id]
+            if not 1 <= node_id <= 255:
+                raise ValueError(f"peer id {node_id} out of range; expected 1..255")
+            try:
+                hp = parse_hostport(addr)
+            except ValueError as exc:
+                raise ValueError(f"peers.{node_id} = {addr!r}: {exc}") from None
+            if hp in seen:
+                raise ValueError(f"peers.{node_id} = {addr!r}: duplicate address, already used by node {seen[hp]}")
+            seen[hp] = node_id
+        ids = sorted(value)
+        for expected, got in enumerate(ids, start=1):
+            if expected != got:
+                raise ValueError(f"missing peer {expected}: ids must be 1..{len(ids)} without gaps (got {ids})")
+        return value
+
+    @field_validator("client")
+    @classmethod
+    def _client_valid(cls, value: str) -> str:
+        parse_hostport(value)
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ServerConfig:
+        if self.id not in self.peers:
+            raise ValueError(f"field 'id' = {self.id}: own id absent from peers; expected one of {sorted(self.peers)}")
+        client = parse_hostport(self.client)
+        for node_id, addr in self.peers.items():
+            if parse_hostport(addr) == client:
+                raise ValueError(
+                    f"field 'client' = {self.client!r}: duplicate port, peers.{node_id} uses it; expected a free host:port"
+                )
+        return self
+
+    # --------------------------------------------------------------- helpers
+
+    @property
+    def peer_ids(self) -> list[int]:
+        return sorted(i for i in self.peers if i != self.id)
+
+    def peer_addr(self, node_id: int) -> tuple[str, int]:
+        return parse_hostport(self.peers[node_id])
+
+    @property
+    def client_addr(self) -> tuple[str, int]:
+        return parse_hostport(self.client)
+
+
+FIELDS = ServerConfig.model_fields
+
+
+def _expected(field: str) -> str:
+    info = FIELDS.get(field)
+    if info is None:
+        return f"one of the fields {', '.join(FIELDS)}"
+    ann = info.annotation
+    if field == "peers":
+        return "a table of node id -> 'host:port' (env: '1=host:port,2=host:port')"
+    if ann is int:
+        return "an integer"
+    if ann is bool:
+        return "true or false"
+    if ann is str:
+        return "a string"
+    return str(ann).replace("typing.", "")
+
+
+def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """``ZABD_*`` variables -> typed values (the strings a container passes)."""
+    out: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        field = name[len(ENV_PREFIX) :].lower()
+        if field not in FIELDS:
+            raise ConfigError(f"config error: {name} = {raw!r}: unknown field; expected one of {_env_names()}")
+        ann = FIELDS[field].annotation
+        try:
+            if field == "peers":
+                out[field] = _parse_env_peers(raw)
+            elif ann is int:
+                if not raw.strip().isdigit():
+                    raise ValueError
+                out[field] = int(raw)
+            elif ann is bool:
+                low = raw.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    out[field] = True
+                elif low in ("0", "false", "no", "off"):
+                    out[field] = False
+                else:
+                    raise ValueError
+            else:
+                out[field] = raw
+        except ValueError:
+            raise ConfigError(f"config error: {name} = {raw!r}: expected {_expected(field)}") from None
+    return out
+
+
+def _env_names() -> str:
+    return ", ".join(ENV_PREFIX + f.upper() for f in FIELDS)
+
+
+def _parse_env_peers(raw: str) -> dict[str, str]:
+    peers: dict[str, str] = {}
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, addr = item.partition("=")
+        if not sep:
+            raise ValueError
+        if key.strip() in peers:
+            raise ConfigError(f"config error: ZABD_PEERS = {raw!r}: node {key.strip()} listed twice")
+        peers[key.strip()] = addr.strip()
+    return peers
+
+
+def format_validation_error(exc: ValidationError, data: Mapping[str, Any]) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = [str(p) for p in err["loc"]]
+    field = loc[0] if loc else ""
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    kind = err["type"]
+    if not field:  # model-level check
+        return f"config error: {msg}"
+    name = ".".join(loc)
+    if kind == "missing":
+        return f"config error: field {name!r} is missing; expected {_expected(field)}"
+    if kind == "extra_forbidden":
+        return f"config error: field {name!r} = {err['input']!r}: unknown field; expected one of {', '.join(FIELDS)}"
+    value = data.get(field, err.get("input"))
+    if field == "peers" and msg.startswith(("peers.", "missing peer", "peer id", "expected")):
+        return f"config error: field 'peers' = {value!r}: {msg}"
+    if kind.endswith("_type") or kind in ("int_from_float", "literal_error"):
+        expected = msg if kind == "literal_error" else _expected(field)
+        expected = expected.removeprefix("Input should be ")
+        return f"config error: field {name!r} = {err['input']!r}: wrong type or value; expected {expected}"
+    return f"config error: field {name!r} = {err['input']!r}: {msg}"
+
+
+def load_config(path: str | Path | None, environ: Mapping[str, str] | None = None) -> ServerConfig:
+    """Read ``path`` (optional) and overlay ``ZABD_*`` variables; validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"config error: --config {str(path)!r}: cannot read ({exc.strerror})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config error: --config {str(path)!r}: not valid TOML ({exc})") from None
+    data.update(parse_env(os.environ if environ is None else environ))
+    try:
+        return ServerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, data)) from None
+
+
+def config_to_toml(config: ServerConfig) -> str:
+    """The TOML form of ``config`` (used by tests and the local spawner)."""
+    lines = []
+    for name in FIELDS:
+        if name == "peers":
+            continue
+        value = getattr(config, name)
+        if isinstance(value, bool):
+            lines.append(f"{name} = {'true' if value else 'false'}")
+        elif isinstance(value, int):
+            lines.append(f"{name} = {value}")
+        else:
+            lines.append(f"{name} = {json.dumps(value)}")
+    lines.append("")
+    lines.append("[peers]")
+    for node_id in sorted(config.peers):
+        lines.append(f'{node_id} = "{config.peers[node_id]}"')
+    return "\n".join(lines) + "\n"
