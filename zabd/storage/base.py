@@ -22,6 +22,14 @@ class PersistentState:
     epoch_leader: int = 0
     history: list[Txn] = field(default_factory=list)
     last_committed: int = 0
+    # Durable storage only (MemoryStorage leaves the defaults): ``history``
+    # holds the retained log, which starts right after ``log_base`` (0: from
+    # the beginning). ``snapshot`` is the state machine's snapshot covering
+    # every txn up to ``snapshot_zxid`` (>= log_base); restore it, then apply
+    # the history's txns above snapshot_zxid up to last_committed.
+    log_base: int = 0
+    snapshot_zxid: int = 0
+    snapshot: bytes | None = None
 
 
 @dataclass(slots=True)

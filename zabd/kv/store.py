@@ -1,0 +1,217 @@
+"""The built-in key-value state machine.
+
+Every key has a value and a version: 0 means "does not exist", a put or a
+successful cas sets ``version + 1`` (like ZooKeeper's conditional setData).
+
+Client requests are conditional (``Cas``, ``Delete`` with a version) but the
+txns in the log are not: the leader evaluates the condition against its
+current state, including txns it proposed that are not committed yet, and
+proposes the outcome (LADIS 2008, "ZooKeeper's atomic broadcast", section 1:
+idempotent state changes). So ``apply`` never decides anything and applying
+a txn twice (a fuzzy snapshot plus a log replay) leaves the same state:
+
+    SET key value version   the key now has exactly this value and version
+    DEL key                 the key no longer exists
+    ERR code key version    no change; the client's error result, decided by
+                            the leader and ordered with the other writes
+
+Payloads are msgpack arrays: ``[1, key, value, version]``, ``[2, key]``,
+``[3, code, key, current_version]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import msgpack
+
+from zabd.protocol.messages import Txn
+
+OK = "ok"
+NO_NODE = "no_node"
+BAD_VERSION = "bad_version"
+
+_SET = 1
+_DEL = 2
+_ERR = 3
+_SNAP_VERSION = 1
+
+
+class Put(NamedTuple):
+    key: str
+    value: bytes
+
+
+class Cas(NamedTuple):
+    """Set ``value`` if the key's version is ``version`` (0: if it does not exist)."""
+
+    key: str
+    version: int
+    value: bytes
+
+
+class Delete(NamedTuple):
+    key: str
+    version: int = -1  # -1: whatever the version
+
+
+class Get(NamedTuple):
+    key: str
+
+
+Request = Put | Cas | Delete | Get
+
+
+class Result(NamedTuple):
+    code: str  # OK, NO_NODE, BAD_VERSION
+    version: int  # the key's version after the op (errors: its current version)
+    value: bytes | None = None  # Get only
+
+    @property
+    def ok(self) -> bool:
+        return self.code == OK
+
+
+def _pack(obj: object) -> bytes:
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
+
+
+def encode_set(key: str, value: bytes, version: int) -> bytes:
+    return _pack([_SET, key, value, version])
+
+
+def encode_del(key: str) -> bytes:
+    return _pack([_DEL, key])
+
+
+def encode_err(code: str, key: str, version: int) -> bytes:
+    return _pack([_ERR, code, key, version])
+
+
+def decode_txn(payload: bytes) -> dict[str, Any]:
+    """A readable form of a KV txn (for tools and audits)."""
+    op = msgpack.unpackb(payload, raw=False)
+    if op[0] == _SET:
+        return {"op": "set", "key": op[1], "value": op[2], "version": op[3]}
+    if op[0] == _DEL:
+        return {"op": "delete", "key": op[1]}
+    if op[0] == _ERR:
+        return {"op": "error", "code": op[1], "key": op[2], "version": op[3]}
+    raise ValueError(f"unknown kv txn type {op[0]!r}")
+
+
+def prepare(req: Request, version_of: Callable[[str], int]) -> bytes:
+    """Turn a client write into an idempotent txn payload, given the leader's
+    view of each key's current version (``version_of``, 0 if absent)."""
+    if isinstance(req, Put):
+        return encode_set(req.key, req.value, version_of(req.key) + 1)
+    if isinstance(req, Cas):
+        cur = version_of(req.key)
+        if cur != req.version:
+            return encode_err(BAD_VERSION, req.key, cur)
+        return encode_set(req.key, req.value, cur + 1)
+    if isinstance(req, Delete):
+        cur = version_of(req.key)
+        if cur == 0:
+            return encode_err(NO_NODE, req.key, 0)
+        if req.version != -1 and req.version != cur:
+            return encode_err(BAD_VERSION, req.key, cur)
+        return encode_del(req.key)
+    raise TypeError(f"request {req!r} is not a write (Put, Cas or Delete)")
+
+
+class KVStore:
+    """The committed state. ``apply`` is deterministic and idempotent."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, tuple[bytes, int]] = {}
+        self.applied = 0  # zxid of the last applied txn
+
+    def version(self, key: str) -> int:
+        entry = self.data.get(key)
+        return entry[1] if entry is not None else 0
+
+    def get(self, key: str) -> Result:
+        entry = self.data.get(key)
+        if entry is None:
+            return Result(NO_NODE, 0)
+        return Result(OK, entry[1], entry[0])
+
+    def apply(self, txn: Txn) -> Result:
+        op = msgpack.unpackb(txn.payload, raw=False)
+        kind = op[0]
+        self.applied = txn.zxid
+        if kind == _SET:
+            key, value, version = op[1], op[2], op[3]
+            self.data[key] = (value, version)
+            return Result(OK, version)
+        if kind == _DEL:
+            self.data.pop(op[1], None)
+            return Result(OK, 0)
+        if kind == _ERR:
+            return Result(op[1], op[3])
+        raise ValueError(f"txn {txn.zxid:#x}: unknown kv txn type {kind!r}")
+
+    # snapshots: sorted, so equal states encode to equal bytes on every node
+    def snapshot_view(self) -> object:
+        return (self.applied, dict(self.data))
+
+    def encode_view(self, view: object) -> bytes:
+        applied, data = view  # type: ignore[misc]
+        items = [[k, v[0], v[1]] for k, v in sorted(data.items())]
+        return _pack([_SNAP_VERSION, applied, items])
+
+    def snapshot(self) -> bytes:
+        return self.encode_view(self.snapshot_view())
+
+    def restore(self, data: bytes) -> None:
+        fmt, applied, items = msgpack.unpackb(data, raw=False)
+        if fmt != _SNAP_VERSION:
+            raise ValueError(f"kv snapshot format {fmt} is not {_SNAP_VERSION}")
+        self.data = {k: (v, ver) for k, v, ver in items}
+        self.applied = int(applied)
+
+
+class KVLeader:
+    """The leader's view for ``prepare``: the committed store plus the
+    effect of every txn proposed but not yet committed, so a cas that
+    follows an uncommitted put sees the put's version.
+
+    Use: ``payload = leader.prepare(req)``, ``z = node.propose(payload, t)``,
+    ``leader.proposed(z, payload)`` (or ``leader.propose(req, fn)``); after the
+    store applied up to ``z``: ``leader.committed(z)``; when leadership ends:
+    ``leader.reset()`` (the proposals may be lost; the next leader decides).
+    """
+
+    def __init__(self, store: KVStore) -> None:
+        self.store = store
+        self._pending: dict[str, tuple[int, int]] = {}  # key -> (zxid of last proposal, version after it)
+
+    def version(self, key: str) -> int:
+        p = self._pending.get(key)
+        return p[1] if p is not None else self.store.version(key)
+
+    def prepare(self, req: Request) -> bytes:
+        return prepare(req, self.version)
+
+    def proposed(self, zxid: int, payload: bytes) -> None:
+        op = msgpack.unpackb(payload, raw=False)
+        if op[0] == _SET:
+            self._pending[op[1]] = (zxid, op[3])
+        elif op[0] == _DEL:
+            self._pending[op[1]] = (zxid, 0)
+
+    def propose(self, req: Request, propose: Callable[[bytes], int]) -> int:
+        payload = self.prepare(req)
+        z = propose(payload)
+        self.proposed(z, payload)
+        return z
+
+    def committed(self, zxid: int) -> None:
+        if self._pending:
+            self._pending = {k: p for k, p in self._pending.items() if p[0] > zxid}
+
+    def reset(self) -> None:
+        self._pending.clear()

@@ -1,0 +1,536 @@
+"""``DiskStorage``: the durable :class:`~zabd.storage.base.Storage`.
+
+Data directory::
+
+    DATA/epochs          accepted_epoch, epoch_leader, current_epoch (atomic replace)
+    DATA/commit          last commit point (lazy, advisory)
+    DATA/log/NNNNNNNN.log transaction log segments (zabd.storage.txnlog)
+    DATA/snap/snap.<zxid> state-machine snapshots (zabd.storage.snapshot)
+
+Threading: the event loop calls ``append``/``replace_history``/
+``persist_epochs``/``commit_to``, which only encode and buffer. ``flush()``
+hands everything buffered to one writer thread and awaits the batch's sync.
+While the writer syncs, later flushes queue up and are written and synced
+together (group commit: one fdatasync for everything that arrived meanwhile).
+
+Order inside a batch is the order of the calls, with one rule: an epoch-file
+write is a barrier. The log writes before it are synced first, and the epoch
+file is durable before the log writes after it, so a crash at any point
+leaves a state the node really went through (history before epochs,
+ZOOKEEPER-4643).
+
+Replace-history never rewrites what it keeps: the log is cut after the last
+zxid the old and new histories share (unlinking later segments first, then a
+truncate, synced) and the new suffix appended. Every crash point leaves a
+prefix of the old history that contains the shared prefix, or a prefix of the
+new one: memory is never behind on disk in a way that loses an acknowledged
+txn, and the log never has a hole (ZOOKEEPER-5094, -4394).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from typing import Any
+
+from zabd.protocol import zxid as zx
+from zabd.protocol.messages import Txn
+from zabd.storage.base import PersistentState, StorageStats
+from zabd.storage.epochs import CommitFile, Epochs, read_commit, read_epochs, write_epochs
+from zabd.storage.snapshot import (
+    list_snapshots,
+    purge_snapshots,
+    read_snapshot,
+    write_snapshot,
+)
+from zabd.storage.txnlog import (
+    PhysicalLog,
+    StorageError,
+    encode_record,
+    follows,
+    fsync_dir,
+    order_problem,
+    recover_log,
+)
+
+log = logging.getLogger("zabd.storage")
+
+MiB = 1 << 20
+
+# writer ops (tuples: cheap to build on the loop)
+_APPEND = 0  # (_APPEND, blob, zxids, sizes)
+_TRUNCATE = 1  # (_TRUNCATE, keep_zxid)
+_EPOCHS = 2  # (_EPOCHS, Epochs)
+_INSTALL = 3  # (_INSTALL, zxid, data)
+_PURGE = 4  # (_PURGE, upto_zxid, result holder)
+
+Op = tuple[Any, ...]
+
+
+class DiskStorage:
+    """Durable storage in ``data_dir``. Construct, ``load()`` once, then use.
+
+    ``fsync=False`` skips every fsync/fdatasync (benchmarks only: a crash can
+    lose acknowledged data). ``segment_bytes``: roll to a new segment once the
+    current one holds this much. ``prealloc_bytes``: zero-filled chunk a
+    segment is created with and extended by.
+    """
+
+    def __init__(
+        self,
+        data_dir: str,
+        *,
+        fsync: bool = True,
+        segment_bytes: int = 64 * MiB,
+        prealloc_bytes: int = 16 * MiB,
+    ) -> None:
+        if segment_bytes < 4096:
+            raise ValueError(f"segment_bytes {segment_bytes} is below 4096")
+        if prealloc_bytes < 4096:
+            raise ValueError(f"prealloc_bytes {prealloc_bytes} is below 4096")
+        self.data_dir = os.path.abspath(data_dir)
+        self.log_dir = os.path.join(self.data_dir, "log")
+        self.snap_dir = os.path.join(self.data_dir, "snap")
+        self.epoch_path = os.path.join(self.data_dir, "epochs")
+        self.commit_path = os.path.join(self.data_dir, "commit")
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.prealloc_bytes = prealloc_bytes
+        self.stats = StorageStats()
+        self.warnings: list[str] = []
+        # loop side: the logical log after every buffered call
+        self._zxids: array[int] = array("Q")  # retained records, ascending
+        self._base = 0  # zxid before the first retained record
+        self._commit = 0
+        self._ops: list[Op] = []
+        self._buf = bytearray()
+        self._buf_zxids: list[int] = []
+        self._buf_sizes: list[int] = []
+        self._loaded = False
+        self._closed = False
+        # writer side
+        self._plog: PhysicalLog | None = None
+        self._cond = threading.Condition()
+        self._queue: list[Op] = []
+        self._submitted = 0  # generation of the last submitted batch
+        self._done = 0  # generation of the last durable batch
+        self._durable_zxid = 0
+        self._error: BaseException | None = None
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._commit_file = CommitFile(self.commit_path)
+        self._commit_written = -1
+
+    # ----------------------------------------------------------------- load
+
+    def load(self) -> PersistentState:
+        if self._loaded:
+            raise RuntimeError("DiskStorage.load() may be called only once")
+        for d in (self.data_dir, self.log_dir, self.snap_dir):
+            os.makedirs(d, exist_ok=True)
+        self._remove_temp_files()
+        epochs = read_epochs(self.epoch_path) or Epochs(0, 0, 0)
+        snaps = list_snapshots(self.snap_dir)
+        snap = read_snapshot(snaps[-1][1]) if snaps else None
+        rec = recover_log(self.log_dir)
+        self.warnings.extend(rec.warnings)
+        history = rec.history
+        base = rec.base_zxid
+        segments = rec.segments
+        last = history[-1].zxid if history else base
+        snap_zxid = snap.zxid if snap is not None else 0
+        if snap is not None:
+            in_log = snap_zxid == base or _contains(history, snap_zxid)
+            if not segments and snap_zxid > 0 and not snap.received:
+                raise StorageError(f"{self.log_dir}: no log segments, but snapshot {snap.path} needs the log after it")
+            if segments and not in_log:
+                if snap.received:
+                    msg = (
+                        f"{snap.path}: installed snapshot {zx.fmt(snap_zxid)} is not in the log "
+                        f"({zx.fmt(base)}..{zx.fmt(last)}): the log is left over from an interrupted install, discarded"
+                    )
+                    log.warning(msg)
+                    self.warnings.append(msg)
+                    for seg in reversed(segments):
+                        os.unlink(seg.path)
+                    fsync_dir(self.log_dir)
+                    segments = []
+                    history = []
+                    base = last = snap_zxid
+                elif snap_zxid > last:
+                    raise StorageError(
+                        f"{snap.path}: snapshot covers up to {zx.fmt(snap_zxid)} but the log ends at "
+                        f"{zx.fmt(last)} ({segments[-1].path}): log records are missing"
+                    )
+                else:
+                    raise StorageError(
+                        f"{snap.path}: snapshot zxid {zx.fmt(snap_zxid)} is not a txn of the log "
+                        f"({segments[0].path}..{segments[-1].path}): log and snapshot disagree"
+                    )
+            if base > snap_zxid:
+                raise StorageError(
+                    f"{segments[0].path}: log starts after zxid {zx.fmt(base)} but the newest snapshot covers only "
+                    f"up to {zx.fmt(snap_zxid)}: txns in between are missing"
+                )
+            if not segments:
+                base = last = snap_zxid
+        elif base != 0:
+            raise StorageError(
+                f"{segments[0].path}: log starts after zxid {zx.fmt(base)} but there is no snapshot in "
+                f"{self.snap_dir}: txns up to it are missing"
+            )
+        commit = read_commit(self.commit_path)
+        if commit > last:
+            raise StorageError(
+                f"{self.commit_path}: commit point {zx.fmt(commit)} was recorded but the log ends at {zx.fmt(last)}: "
+                "log records are missing at the end"
+            )
+        if history and commit > base:
+            i = bisect_right(_ZxidView(history), commit)
+            commit = history[i - 1].zxid if i > 0 else base
+        last_committed = max(commit, snap_zxid)
+        self._zxids = array("Q", (t.zxid for t in history))
+        self._base = base
+        self._commit = last_committed
+        self._durable_zxid = last
+        self._plog = PhysicalLog(
+            self.log_dir,
+            segments,
+            segment_bytes=self.segment_bytes,
+            prealloc_bytes=self.prealloc_bytes,
+            fsync=self.fsync,
+            base_zxid=base,
+        )
+        self._loaded = True
+        self._thread = threading.Thread(target=self._writer, name="zabd-log-writer", daemon=True)
+        self._thread.start()
+        return PersistentState(
+            current_epoch=epochs.current_epoch,
+            accepted_epoch=epochs.accepted_epoch,
+            epoch_leader=epochs.epoch_leader,
+            history=history,
+            last_committed=last_committed,
+            log_base=base,
+            snapshot_zxid=snap_zxid,
+            snapshot=snap.data if snap is not None else None,
+        )
+
+    def _remove_temp_files(self) -> None:
+        for d in (self.data_dir, self.log_dir, self.snap_dir):
+            for name in os.listdir(d):
+                if name.startswith(".tmp-") or name.endswith(".tmp"):
+                    os.unlink(os.path.join(d, name))
+
+    # ------------------------------------------------------------ loop side
+
+    def _check_open(self) -> None:
+        if not self._loaded:
+            raise RuntimeError("DiskStorage.load() must be called first")
+        if self._closed:
+            raise RuntimeError("DiskStorage is closed")
+
+    @property
+    def last_zxid(self) -> int:
+        return self._zxids[-1] if self._zxids else self._base
+
+    def persist_epochs(self, accepted_epoch: int, epoch_leader: int, current_epoch: int) -> None:
+        self._check_open()
+        if accepted_epoch < current_epoch:
+            raise ValueError(f"accepted_epoch {accepted_epoch} is below current_epoch {current_epoch}")
+        self._seal()
+        self._ops.append((_EPOCHS, Epochs(accepted_epoch, epoch_leader, current_epoch)))
+
+    def append(self, txn: Txn) -> None:
+        self._check_open()
+        z = txn.zxid
+        prev = self._zxids[-1] if self._zxids else self._base
+        if not follows(prev, z):
+            raise ValueError(f"append: {order_problem(prev, z)}")
+        rec = encode_record(z, txn.payload)
+        self._buf += rec
+        self._buf_zxids.append(z)
+        self._buf_sizes.append(len(rec))
+        self._zxids.append(z)
+
+    def _seal(self) -> None:
+        if self._buf_zxids:
+            self._ops.append((_APPEND, bytes(self._buf), self._buf_zxids, self._buf_sizes))
+            self._buf = bytearray()
+            self._buf_zxids = []
+            self._buf_sizes = []
+
+    def replace_history(self, history: Sequence[Txn]) -> None:
+        """Make the log equal ``history`` (a full history, or one that starts
+        at or after this log's base: what a sync plan leaves). Records up to
+        the last shared zxid are kept, the rest cut, the new suffix appended."""
+        self._check_open()
+        base = self._base
+        hz = [t.zxid for t in history]
+        for i in range(1, len(hz)):
+            if not follows(hz[i - 1], hz[i]):
+                raise ValueError(f"replace_history: {order_problem(hz[i - 1], hz[i])}")
+        j = bisect_right(hz, base)
+        if j > 0 and hz[j - 1] != base:
+            raise ValueError(
+                f"replace_history: the new history does not contain {zx.fmt(base)}, "
+                "which this node's snapshot covers (committed)"
+            )
+        if j == 0 and hz and not follows(base, hz[0]):
+            raise ValueError(f"replace_history: {order_problem(base, hz[0])}")
+        zs = self._zxids
+        k = _common_prefix(zs, hz, j)
+        keep = zs[k - 1] if k > 0 else base
+        if k < len(zs):
+            if self._commit > keep:
+                raise ValueError(
+                    f"replace_history would drop committed txn {zx.fmt(self._commit)} (keeps up to {zx.fmt(keep)})"
+                )
+            self._seal()
+            self._ops.append((_TRUNCATE, keep))
+            del zs[k:]
+        for t in history[j + k :]:
+            self.append(t)
+
+    def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
+        """SNAP sync: the leader's snapshot at ``zxid`` replaces this node's
+        state and log, and the log restarts after ``log_base`` (default
+        ``zxid``; a SyncPlan's ``log_base``). Follow with
+        ``replace_history(plan.txns)``. The snapshot is durable before the old
+        log is dropped."""
+        self._check_open()
+        base = zxid if log_base is None else log_base
+        if base > zxid:
+            raise ValueError(f"install_snapshot: log_base {zx.fmt(base)} is above the snapshot {zx.fmt(zxid)}")
+        if zxid < self._commit:
+            raise ValueError(f"install_snapshot at {zx.fmt(zxid)} is below the commit point {zx.fmt(self._commit)}")
+        self._seal()
+        self._ops.append((_INSTALL, zxid, data, base))
+        self._zxids = array("Q")
+        self._base = base
+        self._commit = zxid
+
+    def commit_to(self, zxid: int) -> None:
+        if zxid > self._commit:
+            self._commit = zxid
+
+    @property
+    def last_committed(self) -> int:
+        return self._commit
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._ops or self._buf_zxids)
+
+    def _submit_pending(self) -> int:
+        self._seal()
+        if self._ops:
+            ops = self._ops
+            self._ops = []
+            self.stats.flushes += 1
+            return self._submit(ops)
+        return self._submitted
+
+    async def flush(self) -> None:
+        """Return when every call made before it is durable."""
+        self._check_open()
+        gen = self._submit_pending()
+        if self._done >= gen:
+            if self._error is not None:
+                raise StorageError(f"log writer failed: {self._error}") from self._error
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._cond:
+            self._loop = loop
+            if self._done >= gen or self._error is not None:
+                fut.set_result(None)
+            else:
+                self._waiters.append((gen, fut))
+        await fut
+        if self._error is not None:
+            raise StorageError(f"log writer failed: {self._error}") from self._error
+
+    def flush_sync(self, timeout: float | None = None) -> None:
+        """Blocking flush for code outside an event loop (tools, tests, benchmarks)."""
+        self._check_open()
+        gen = self._submit_pending()
+        self._wait_gen(gen, timeout)
+
+    def _wait_gen(self, gen: int, timeout: float | None) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._done >= gen or self._error is not None, timeout):
+                raise TimeoutError(f"flush not durable within {timeout} s")
+        if self._error is not None:
+            raise StorageError(f"log writer failed: {self._error}") from self._error
+
+    def close(self) -> None:
+        """Write and sync what was buffered, stop the writer."""
+        if self._closed or not self._loaded:
+            self._closed = True
+            return
+        try:
+            gen = self._submit_pending()
+            self._wait_gen(gen, None)
+        finally:
+            self._closed = True
+            with self._cond:
+                self._stop = True
+                self._cond.notify_all()
+            if self._thread is not None:
+                self._thread.join()
+            if self._plog is not None:
+                self._plog.close()
+            self._commit_file.close()
+
+    # -------------------------------------------------------- other threads
+
+    def write_snapshot(self, zxid: int, data: bytes, timeout: float = 60.0) -> str:
+        """Write a local snapshot at ``zxid`` (any thread; blocking). Waits
+        until the log is durable up to ``zxid`` so the snapshot is never ahead
+        of the log it is based on."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: self._durable_zxid >= zxid or self._error is not None, timeout)
+        if self._error is not None:
+            raise StorageError(f"log writer failed: {self._error}") from self._error
+        if not ok:
+            raise TimeoutError(f"log not durable up to {zx.fmt(zxid)} within {timeout} s")
+        return write_snapshot(self.snap_dir, zxid, data, fsync=self.fsync)
+
+    def purge(self, retain: int) -> tuple[int, int]:
+        """Delete snapshots beyond the newest ``retain`` and the log segments
+        the oldest retained one covers (any thread; blocking). Returns
+        (snapshots deleted, segments deleted)."""
+        snaps, oldest = purge_snapshots(self.snap_dir, retain)
+        if oldest == 0:
+            return snaps, 0
+        holder: list[int] = []
+        gen = self._submit([(_PURGE, oldest, holder)])
+        self._wait_gen(gen, None)
+        return snaps, holder[0] if holder else 0
+
+    # --------------------------------------------------------------- writer
+
+    def _submit(self, ops: list[Op]) -> int:
+        with self._cond:
+            if self._stop:
+                raise RuntimeError("DiskStorage is closed")
+            self._queue.extend(ops)
+            self._submitted += 1
+            gen = self._submitted
+            self._cond.notify_all()
+        return gen
+
+    def _writer(self) -> None:
+        plog = self._plog
+        assert plog is not None
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue) or self._stop)
+                if not self._queue and self._stop:
+                    return
+                ops = self._queue
+                self._queue = []
+                gen = self._submitted
+            records = 0
+            try:
+                if self._error is None:
+                    records = self._execute(plog, ops)
+            except BaseException as exc:  # fsync failure etc.: fatal, reported to every waiter
+                log.error("log writer failed: %s", exc)
+                self._error = exc
+            with self._cond:
+                self._done = gen
+                self._durable_zxid = plog.last_zxid
+                self.stats.records_synced += records
+                ready = [f for g, f in self._waiters if g <= gen]
+                self._waiters = [(g, f) for g, f in self._waiters if g > gen]
+                loop = self._loop
+                self._cond.notify_all()
+            if ready and loop is not None:
+                # a closed loop: nobody is waiting any more
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_resolve, ready)
+
+    def _execute(self, plog: PhysicalLog, ops: list[Op]) -> int:
+        records = 0
+        syncs_before = plog.syncs
+        extra_syncs = 0
+        n = len(ops)
+        for i, op in enumerate(ops):
+            kind = op[0]
+            if kind == _APPEND:
+                plog.append(op[1], op[2], op[3])
+                records += len(op[2])
+            elif kind == _TRUNCATE:
+                plog.truncate_after(op[1])
+            elif kind == _EPOCHS:
+                # consecutive epoch writes: only the last one matters
+                if i + 1 < n and ops[i + 1][0] == _EPOCHS:
+                    continue
+                plog.sync()  # history before epochs
+                extra_syncs += write_epochs(self.epoch_path, op[1], self.fsync)
+            elif kind == _INSTALL:
+                plog.sync()
+                write_snapshot(self.snap_dir, op[1], op[2], received=True, fsync=self.fsync)
+                extra_syncs += 2 if self.fsync else 0
+                plog.reset(op[3])
+            elif kind == _PURGE:
+                op[2].append(plog.purge_upto(op[1]))
+        plog.sync()
+        # never ahead of the durable log: a later batch may hold the commit's txn
+        commit = min(self._commit, plog.last_zxid)
+        if commit != self._commit_written:
+            self._commit_file.write(commit)
+            self._commit_written = commit
+        self.stats.syncs += plog.syncs - syncs_before + extra_syncs
+        return records
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for f in futures:
+        if not f.done():
+            f.set_result(None)
+
+
+class _ZxidView(Sequence[int]):
+    """Zxids of a Txn list, for bisect without copying."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self, history: Sequence[Txn]) -> None:
+        self._h = history
+
+    def __len__(self) -> int:
+        return len(self._h)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._h[i].zxid
+
+
+def _contains(history: Sequence[Txn], z: int) -> bool:
+    i = bisect_left(_ZxidView(history), z)
+    return i < len(history) and history[i].zxid == z
+
+
+def _common_prefix(zs: array[int], hz: list[int], j: int) -> int:
+    """Length of the common prefix of ``zs`` and ``hz[j:]``."""
+    n = min(len(zs), len(hz) - j)
+    step = 4096
+    k = 0
+    while k < n:
+        m = min(step, n - k)
+        if zs[k : k + m].tolist() == hz[j + k : j + k + m]:
+            k += m
+            continue
+        while k < n and zs[k] == hz[j + k]:
+            k += 1
+        return k
+    return k

@@ -1,0 +1,575 @@
+"""The transaction log: append-only, checksummed, preallocated segment files.
+
+Layout (``DATA/log/``)::
+
+    00000001.log, 00000002.log, ...      consecutive sequence numbers
+    segment  = header (32 bytes) | record* | zero-filled preallocated tail
+    header   = magic "ZABLOG01" | u32 version | u64 seq | u64 base_zxid | u32 crc32c(previous 28 bytes)
+    record   = u32 crc | u32 length | u64 zxid | payload[length]
+               crc = crc32c(length | zxid | payload)   (one contiguous range)
+
+``base_zxid`` is the zxid of the record just before the segment's first record
+(0 when the log starts at the beginning of time). It chains the segments: a
+segment's ``base_zxid`` must equal the previous segment's last zxid, so a
+missing or stale segment is an error, never a silent hole. Segments are
+created complete (header + preallocated zeros written to a temp file,
+fdatasync, rename, fsync of the directory), so a file under a final name
+always has a valid header.
+
+Records are little-endian. Zxids follow the protocol's history order: strictly
+increasing, counter + 1 within an epoch, counter 1 for the first txn of a new
+epoch. A gap is a hole and is refused on write and on read.
+
+Appends only overwrite preallocated zeros, so a crash mid-write leaves a
+record followed only by zeros: a torn tail. Recovery cuts it (with a warning
+naming file and offset) only in the newest segment and only if it is the last
+non-zero data there; anything else that does not parse is an error naming
+file, offset and what was wrong.
+
+This module is the thread-side, physical log (one owner: the writer thread of
+:class:`zabd.storage.disk.DiskStorage`) and the reader shared by recovery and
+the tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import crc32c
+
+from zabd.protocol import zxid as zx
+from zabd.protocol.messages import Txn
+
+log = logging.getLogger("zabd.storage")
+
+SEG_MAGIC = b"ZABLOG01"
+SEG_VERSION = 1
+SEG_HEADER = struct.Struct("<8sIQQI")  # magic, version, seq, base_zxid, crc
+SEG_HEADER_SIZE = SEG_HEADER.size  # 32
+REC_HEADER = struct.Struct("<IIQ")  # crc, length, zxid
+REC_HEADER_SIZE = REC_HEADER.size  # 16
+LEN_ZXID = struct.Struct("<IQ")
+CRC = struct.Struct("<I")
+MAX_RECORD = 64 << 20  # a larger length field is garbage, not a record
+
+SEGMENT_NAME = re.compile(r"([0-9]{8,})\.log")
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+class StorageError(Exception):
+    """The data directory cannot be used as it is (one line: file, offset, what)."""
+
+
+class LogCorruption(StorageError):
+    def __init__(self, path: str, offset: int, what: str) -> None:
+        super().__init__(f"{path}: offset {offset}: {what}")
+        self.path = path
+        self.offset = offset
+        self.what = what
+
+
+def segment_name(seq: int) -> str:
+    return f"{seq:08d}.log"
+
+
+def encode_record(zxid: int, payload: bytes) -> bytes:
+    lz = LEN_ZXID.pack(len(payload), zxid)
+    return CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz))) + lz + payload
+
+
+def encode_segment_header(seq: int, base_zxid: int) -> bytes:
+    head = struct.pack("<8sIQQ", SEG_MAGIC, SEG_VERSION, seq, base_zxid)
+    return head + CRC.pack(crc32c.crc32c(head))
+
+
+def follows(prev: int, z: int) -> bool:
+    """True if ``z`` may come right after ``prev`` in a history (no hole)."""
+    pe, ze = prev >> 32, z >> 32
+    if ze == pe:
+        return z == prev + 1
+    return ze > pe and (z & zx.U32_MAX) == 1
+
+
+def order_problem(prev: int, z: int) -> str:
+    if z <= prev:
+        return f"zxid {zx.fmt(z)} is not above the previous zxid {zx.fmt(prev)}"
+    return f"zxid {zx.fmt(z)} does not follow {zx.fmt(prev)} (a hole: missing txns)"
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def list_segments(log_dir: str) -> list[tuple[int, str]]:
+    """(seq, path) of every segment file, ascending; temp files are not listed."""
+    if not os.path.isdir(log_dir):
+        return []
+    out = []
+    for name in os.listdir(log_dir):
+        m = SEGMENT_NAME.fullmatch(name)
+        if m:
+            out.append((int(m.group(1)), os.path.join(log_dir, name)))
+    out.sort()
+    return out
+
+
+def last_nonzero(buf: memoryview, start: int, end: int) -> int:
+    """Offset just past the last non-zero byte in buf[start:end] (start if none)."""
+    pos = end
+    step = len(_ZERO_CHUNK)
+    while pos > start:
+        lo = max(start, pos - step)
+        chunk = buf[lo:pos]
+        if chunk != _ZERO_CHUNK[: pos - lo]:
+            return lo + len(bytes(chunk).rstrip(b"\x00"))
+        pos = lo
+    return start
+
+
+# ------------------------------------------------------------------ scanning
+
+
+class SegmentHeader(NamedTuple):
+    seq: int
+    base_zxid: int
+
+
+def parse_segment_header(path: str, buf: memoryview) -> SegmentHeader:
+    if len(buf) < SEG_HEADER_SIZE:
+        raise LogCorruption(
+            path, 0, f"file is {len(buf)} bytes, shorter than the {SEG_HEADER_SIZE}-byte segment header"
+        )
+    magic, version, seq, base, crc = SEG_HEADER.unpack_from(buf, 0)
+    if magic != SEG_MAGIC:
+        raise LogCorruption(path, 0, f"bad segment magic {magic!r} (expected {SEG_MAGIC!r})")
+    if crc32c.crc32c(buf[: SEG_HEADER_SIZE - 4]) != crc:
+        raise LogCorruption(path, 0, "segment header checksum mismatch")
+    if version != SEG_VERSION:
+        raise LogCorruption(path, 0, f"unsupported segment version {version} (expected {SEG_VERSION})")
+    return SegmentHeader(seq, base)
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """Where a scan of one segment stopped and why."""
+
+    end: int  # offset just past the last good record
+    problem: str | None  # None: clean end (zeros or EOF)
+    last_zxid: int
+    torn: bool = False  # the problem is a torn tail (newest segment only)
+
+
+def scan_segment(
+    path: str,
+    buf: memoryview,
+    prev_zxid: int,
+    newest: bool,
+    zxids: array[int],
+    offsets: array[int],
+    txns: list[Txn] | None,
+) -> ScanResult:
+    """Parse the records of one segment (header already checked) into
+    ``zxids``/``offsets`` (and ``txns`` if given), verifying every checksum
+    and the zxid order. Stops at the first record that does not verify."""
+    unpack = REC_HEADER.unpack_from
+    crc = crc32c.crc32c
+    size = len(buf)
+    pos = SEG_HEADER_SIZE
+    prev = prev_zxid
+    problem: str | None = None
+    bad_end = pos  # where the bad record claims to end (torn-tail test)
+    zappend = zxids.append
+    oappend = offsets.append
+    tappend = txns.append if txns is not None else None
+    while True:
+        if pos + REC_HEADER_SIZE > size:
+            if pos < size and last_nonzero(buf, pos, size) > pos:
+                problem = f"record header cut short by the end of the file ({size - pos} bytes)"
+                bad_end = size
+            break
+        c, n, z = unpack(buf, pos)
+        if z == 0 and n == 0 and c == 0:
+            tail = last_nonzero(buf, pos, size)
+            if tail > pos:
+                problem = f"zero record header, but non-zero data follows up to offset {tail}"
+                bad_end = pos + REC_HEADER_SIZE
+            break
+        stop = pos + REC_HEADER_SIZE + n
+        if n > MAX_RECORD or stop > size:
+            problem = f"record length {n} runs past the end of the file ({size} bytes)"
+            bad_end = pos + REC_HEADER_SIZE
+            break
+        if crc(buf[pos + 4 : stop]) != c:
+            problem = f"checksum mismatch in record (zxid field {zx.fmt(z)}, length {n})"
+            bad_end = stop
+            break
+        if z <= prev or not (z == prev + 1 if (z >> 32) == (prev >> 32) else (z & 0xFFFFFFFF) == 1):
+            problem = order_problem(prev, z)
+            bad_end = -1  # never a torn tail: the record itself is intact
+            break
+        zappend(z)
+        oappend(pos)
+        if tappend is not None:
+            tappend(Txn(z, bytes(buf[pos + REC_HEADER_SIZE : stop])))
+        prev = z
+        pos = stop
+    result = ScanResult(pos, problem, prev)
+    if problem is not None and newest and bad_end >= 0:
+        # A crash mid-write leaves a prefix of the batch followed by the
+        # preallocated zeros: the bad record is then the last non-zero data.
+        result.torn = last_nonzero(buf, pos, size) <= max(bad_end, pos + REC_HEADER_SIZE)
+    return result
+
+
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# ------------------------------------------------------------------ the log
+
+
+@dataclass(slots=True)
+class Segment:
+    seq: int
+    path: str
+    base_zxid: int
+    end: int  # offset just past the last record
+    alloc: int  # file size (preallocated)
+    zxids: array[int] = field(default_factory=lambda: array("Q"))
+    offsets: array[int] = field(default_factory=lambda: array("Q"))
+
+    @property
+    def last_zxid(self) -> int:
+        return self.zxids[-1] if self.zxids else self.base_zxid
+
+
+@dataclass(slots=True)
+class Recovered:
+    history: list[Txn]
+    base_zxid: int  # zxid before the first retained record
+    segments: list[Segment]
+    warnings: list[str]
+
+
+def recover_log(log_dir: str, *, repair: bool = True, load_txns: bool = True) -> Recovered:
+    """Read every segment, verify it, and (``repair``) cut a torn tail of the
+    newest one (zeroing the torn bytes, fdatasync). Raises LogCorruption."""
+    segs = list_segments(log_dir)
+    history: list[Txn] = []
+    segments: list[Segment] = []
+    warnings: list[str] = []
+    base = 0
+    prev_seq = -1
+    prev_zxid = 0
+    for i, (seq, path) in enumerate(segs):
+        newest = i == len(segs) - 1
+        if prev_seq >= 0 and seq != prev_seq + 1:
+            missing = segment_name(prev_seq + 1)
+            if seq > prev_seq + 2:
+                missing += f"..{segment_name(seq - 1)}"
+            raise LogCorruption(path, 0, f"missing segment {missing} before this one")
+        data = read_file(path)
+        buf = memoryview(data)
+        try:
+            header = parse_segment_header(path, buf)
+            if header.seq != seq:
+                raise LogCorruption(path, 0, f"header names segment {header.seq}, file name says {seq}")
+            if i == 0:
+                base = prev_zxid = header.base_zxid
+            elif header.base_zxid != prev_zxid:
+                raise LogCorruption(
+                    path,
+                    0,
+                    f"segment starts after zxid {zx.fmt(header.base_zxid)} but the previous segment ends at "
+                    f"{zx.fmt(prev_zxid)} (missing or stale records)",
+                )
+            seg = Segment(seq, path, header.base_zxid, SEG_HEADER_SIZE, len(data))
+            res = scan_segment(path, buf, prev_zxid, newest, seg.zxids, seg.offsets, history if load_txns else None)
+            if res.problem is not None:
+                if not res.torn:
+                    raise LogCorruption(path, res.end, res.problem)
+                warnings.append(f"{path}: offset {res.end}: torn record at the end of the log cut ({res.problem})")
+                log.warning("torn log tail cut: %s offset %d: %s", path, res.end, res.problem)
+                if repair:
+                    _zero_tail(path, res.end, len(data))
+            seg.end = res.end
+            prev_zxid = res.last_zxid
+        finally:
+            buf.release()
+        segments.append(seg)
+        prev_seq = seq
+    return Recovered(history, base, segments, warnings)
+
+
+def _zero_tail(path: str, start: int, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        cut_file(fd, start, size, True)
+    finally:
+        os.close(fd)
+
+
+def cut_file(fd: int, cut: int, size: int, sync: bool) -> None:
+    """Drop everything from ``cut`` on, then restore the zero-filled
+    preallocation up to ``size``. Zeroing in place could persist out of order
+    (a zeroed header before a still-intact record after it: unreadable); a
+    truncate is one metadata change, durable before the zeros come back, so
+    every crash point leaves the old bytes or a clean end."""
+    os.ftruncate(fd, cut)
+    if sync:
+        os.fdatasync(fd)
+    pos = cut
+    while pos < size:
+        n = min(len(_ZERO_CHUNK), size - pos)
+        os.pwrite(fd, _ZERO_CHUNK[:n], pos)
+        pos += n
+    if sync:
+        os.fdatasync(fd)
+
+
+class PhysicalLog:
+    """The writer thread's view of the segment files. Not thread-safe: one
+    owner. Every method leaves the directory in a state recovery accepts."""
+
+    def __init__(
+        self,
+        log_dir: str,
+        segments: list[Segment],
+        *,
+        segment_bytes: int,
+        prealloc_bytes: int,
+        fsync: bool,
+        base_zxid: int = 0,
+    ) -> None:
+        self.dir = log_dir
+        self.segments = segments
+        self.segment_bytes = segment_bytes
+        self.prealloc_bytes = prealloc_bytes
+        self.fsync = fsync
+        self.syncs = 0
+        self._fd = -1
+        self._dirty = False
+        self._empty_base = base_zxid
+        os.makedirs(log_dir, exist_ok=True)
+
+    # -- helpers
+
+    @property
+    def last_zxid(self) -> int:
+        return self.segments[-1].last_zxid if self.segments else self._empty_base
+
+    def _sync_fd(self, fd: int) -> None:
+        if self.fsync:
+            os.fdatasync(fd)
+            self.syncs += 1
+
+    def _sync_dir(self) -> None:
+        if self.fsync:
+            fsync_dir(self.dir)
+            self.syncs += 1
+
+    def _open_current(self) -> int:
+        if self._fd < 0:
+            self._fd = os.open(self.segments[-1].path, os.O_WRONLY)
+        return self._fd
+
+    def _close_current(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _write_zeros(self, fd: int, start: int, end: int) -> None:
+        pos = start
+        while pos < end:
+            n = min(len(_ZERO_CHUNK), end - pos)
+            os.pwrite(fd, _ZERO_CHUNK[:n], pos)
+            pos += n
+
+    def _new_segment(self, base_zxid: int) -> None:
+        """Create the next segment complete and durable before using it, so a
+        final name never holds a half-written header."""
+        self.sync()
+        self._close_current()
+        seq = self.segments[-1].seq + 1 if self.segments else self._next_seq_hint()
+        final = os.path.join(self.dir, segment_name(seq))
+        tmp = os.path.join(self.dir, f".tmp-{segment_name(seq)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.pwrite(fd, encode_segment_header(seq, base_zxid), 0)
+            # Zeros written for real (not fallocate): later appends then
+            # change no file metadata and fdatasync writes data only.
+            self._write_zeros(fd, SEG_HEADER_SIZE, self.prealloc_bytes)
+            self._sync_fd(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+        self._sync_dir()
+        self.segments.append(Segment(seq, final, base_zxid, SEG_HEADER_SIZE, max(self.prealloc_bytes, SEG_HEADER_SIZE)))
+
+    _seq_floor = 0
+
+    def _next_seq_hint(self) -> int:
+        existing = list_segments(self.dir)
+        return max([s for s, _ in existing] + [self._seq_floor]) + 1
+
+    # -- operations (each called by the writer thread only)
+
+    def append(self, blob: bytes, zxids: list[int], sizes: list[int]) -> None:
+        """Write encoded records (``blob``), not yet synced."""
+        if not self.segments or self.segments[-1].end >= self.segment_bytes:
+            self._new_segment(self.last_zxid)
+        seg = self.segments[-1]
+        fd = self._open_current()
+        end = seg.end + len(blob)
+        if end > seg.alloc:
+            # Extend in large chunks; the zeros must be durable before records
+            # land in them (a record past the durable size could be lost).
+            new_alloc = max(end, seg.alloc + self.prealloc_bytes)
+            self._write_zeros(fd, seg.alloc, new_alloc)
+            self._sync_fd(fd)
+            seg.alloc = new_alloc
+        os.pwrite(fd, blob, seg.end)
+        pos = seg.end
+        za = seg.zxids.append
+        oa = seg.offsets.append
+        for z, n in zip(zxids, sizes, strict=True):
+            za(z)
+            oa(pos)
+            pos += n
+        seg.end = end
+        self._dirty = True
+
+    def sync(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            if self._fd >= 0:
+                self._sync_fd(self._fd)
+
+    def truncate_after(self, keep_zxid: int) -> None:
+        """Drop every record above ``keep_zxid``, durably, before anything new
+        is written. Later segments are unlinked newest first and the directory
+        synced before the kept segment is cut, so every crash point leaves a
+        prefix of the old log that is at least the kept prefix (never a hole,
+        never a stale segment behind a cut one)."""
+        self.sync()
+        segs = self.segments
+        # Keep the last segment that holds records at or below keep_zxid (the
+        # first one if none does); later ones hold only records above it.
+        idx = 0
+        for i, s in enumerate(segs):
+            if s.base_zxid < keep_zxid:
+                idx = i
+        removed = False
+        for seg in reversed(segs[idx + 1 :]):
+            if seg is segs[-1]:
+                self._close_current()
+            os.unlink(seg.path)
+            removed = True
+        if removed:
+            del segs[idx + 1 :]
+            self._sync_dir()
+        if not segs:
+            return
+        seg = segs[idx]
+        zs = seg.zxids
+        lo, hi = 0, len(zs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if zs[mid] <= keep_zxid:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(zs):
+            return
+        cut = seg.offsets[lo]
+        fd = self._open_current()
+        cut_file(fd, cut, seg.alloc, self.fsync)
+        if self.fsync:
+            self.syncs += 2
+        del seg.zxids[lo:]
+        del seg.offsets[lo:]
+        seg.end = cut
+
+    def reset(self, base_zxid: int) -> None:
+        """Drop the whole log and start an empty one after ``base_zxid`` (a
+        snapshot install; the snapshot is durable before this runs)."""
+        self.sync()
+        self._close_current()
+        if self.segments:
+            self._seq_floor = self.segments[-1].seq
+        for seg in reversed(self.segments):
+            os.unlink(seg.path)
+        self.segments = []
+        self._sync_dir()
+        self._empty_base = base_zxid
+        self._new_segment(base_zxid)
+
+    def purge_upto(self, zxid: int) -> int:
+        """Delete whole segments whose records are all <= ``zxid`` (covered by
+        a retained snapshot), oldest first, keeping the current one. Returns
+        the number of segments deleted."""
+        n = 0
+        segs = self.segments
+        # The segment holding the last record always stays: a node restarts
+        # with a non-empty history (the core votes with its last zxid).
+        last = self.last_zxid
+        while len(segs) >= 2 and segs[1].base_zxid <= zxid and segs[0].last_zxid < last:
+            os.unlink(segs[0].path)
+            segs.pop(0)
+            n += 1
+        if n:
+            self._sync_dir()
+        return n
+
+    @property
+    def base_zxid(self) -> int:
+        return self.segments[0].base_zxid if self.segments else self._empty_base
+
+    def close(self) -> None:
+        self._close_current()
+
+
+# ------------------------------------------------------------------ reader API
+
+
+class LogRecord(NamedTuple):
+    zxid: int
+    payload: bytes
+    crc_ok: bool
+    file: str
+    offset: int
+
+
+def iter_records(data_dir: str) -> Iterator[LogRecord]:
+    """Every record of every segment of ``DATA/log``, in order, with its
+    checksum status. Read-only and lenient (for tools and audits): a record
+    whose length field is unusable ends that segment's iteration; use
+    :func:`zabd.storage.tools.verify` to find every problem."""
+    log_dir = os.path.join(data_dir, "log") if os.path.isdir(os.path.join(data_dir, "log")) else data_dir
+    for _, path in list_segments(log_dir):
+        data = read_file(path)
+        buf = memoryview(data)
+        size = len(buf)
+        pos = SEG_HEADER_SIZE
+        while pos + REC_HEADER_SIZE <= size:
+            c, n, z = REC_HEADER.unpack_from(buf, pos)
+            if c == 0 and n == 0 and z == 0:
+                break
+            stop = pos + REC_HEADER_SIZE + n
+            if n > MAX_RECORD or stop > size:
+                break
+            ok = crc32c.crc32c(buf[pos + 4 : stop]) == c
+            yield LogRecord(z, bytes(buf[pos + REC_HEADER_SIZE : stop]), ok, path, pos)
+            pos = stop
