@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zabd.client.spawn import LocalCluster
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
+    """Starts real server processes; every one is stopped (by PID) afterwards."""
+    made: list[LocalCluster] = []
+
+    def make(n: int, **kw: Any) -> LocalCluster:
+        c = LocalCluster(n, base_dir=tmp_path / f"cluster{len(made)}", **kw)
+        made.append(c)
+        c.start()
+        return c
+
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.stop()

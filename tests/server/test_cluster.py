@@ -1,0 +1,215 @@
+"""Real clusters: server processes, TCP on 127.0.0.1, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from zabd.client import Client, ZabdError
+from zabd.client.spawn import LocalCluster
+from zabd.protocol.messages import Txn
+
+Factory = Callable[..., LocalCluster]
+
+
+async def read_logs(cluster: LocalCluster, nodes: list[int]) -> dict[int, list[Txn]]:
+    out = {}
+    for i in nodes:
+        async with await Client.connect(cluster.client_addr(i)) as c:
+            out[i] = await c.read_all()
+    return out
+
+
+class Load:
+    """Bounded background proposals through every live node; remembers what
+    was acknowledged."""
+
+    def __init__(self, cluster: LocalCluster, nodes: list[int], window: int = 8, limit: int = 300_000) -> None:
+        self.cluster = cluster
+        self.nodes = nodes
+        self.window = window
+        self.limit = limit
+        self.acked: dict[int, bytes] = {}
+        self.errors = 0
+        self.sent = 0
+        self.stop = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def _worker(self, node: int, k: int) -> None:
+        client: Client | None = None
+        while not self.stop.is_set() and self.sent < self.limit:
+            try:
+                if client is None:
+                    client = await Client.connect(self.cluster.client_addr(node), timeout=3.0)
+                self.sent += 1
+                payload = f"n{node}-w{k}-{self.sent}".encode()
+                z = await client.propose(payload)
+                self.acked[z] = payload
+            except (ZabdError, OSError, TimeoutError):
+                self.errors += 1
+                if client is not None:
+                    await client.close()
+                client = None
+                await asyncio.sleep(0.05)
+        if client is not None:
+            await client.close()
+
+    def start(self) -> None:
+        for node in self.nodes:
+            for k in range(self.window):
+                self.tasks.append(asyncio.create_task(self._worker(node, k)))
+
+    async def finish(self) -> None:
+        self.stop.set()
+        await asyncio.wait_for(asyncio.gather(*self.tasks), 30)
+
+
+def assert_same_logs(logs: dict[int, list[Txn]], acked: dict[int, bytes] | None = None) -> None:
+    first = next(iter(logs.values()))
+    for i, log in logs.items():
+        assert log == first, f"node {i} differs"
+    zxids = [t.zxid for t in first]
+    assert zxids == sorted(set(zxids))
+    if acked:
+        by_zxid = dict(first)
+        missing = {z: p for z, p in acked.items() if by_zxid.get(z) != p}
+        assert not missing, f"{len(missing)} acknowledged proposals missing, e.g. {list(missing.items())[:3]}"
+
+
+@pytest.mark.parametrize("n", [3, 5, 7])
+async def test_elect_commit_and_read_back(cluster_factory: Factory, n: int) -> None:
+    cluster = cluster_factory(n)
+    leader = await cluster.wait_leader(timeout=30)
+    assert 1 <= leader <= n
+    clients = [await Client.connect(cluster.client_addr(i)) for i in range(1, n + 1)]
+    try:
+        rng = random.Random(n)
+        payloads = [f"p{k}".encode() for k in range(60)]
+        zxids = await asyncio.gather(*(rng.choice(clients).propose(p) for p in payloads))
+        assert len(set(zxids)) == len(payloads)
+        last = await cluster.wait_caught_up(list(range(1, n + 1)))
+        assert last == max(zxids)
+        logs = await read_logs(cluster, list(range(1, n + 1)))
+        assert_same_logs(logs, dict(zip(zxids, payloads, strict=True)))
+        assert len(logs[1]) == len(payloads)
+        sts = await cluster.statuses()
+        assert sum(1 for s in sts.values() if s and s["role"] == "leading") == 1
+    finally:
+        for c in clients:
+            await c.close()
+
+
+async def test_follower_forwards_proposals(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3)
+    leader = await cluster.wait_leader()
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    async with await Client.connect(cluster.client_addr(follower)) as c:
+        zs = await asyncio.gather(*(c.propose(f"via-{follower}-{k}".encode()) for k in range(200)))
+        assert zs == sorted(zs)
+        # answered after the commit reached this follower: read-your-writes here
+        got = await c.read_all()
+        assert [t.zxid for t in got][-200:] == zs
+    assert_same_logs(await read_logs(cluster, [1, 2, 3]))
+
+
+async def test_no_leader_is_a_retryable_error(cluster_factory: Factory) -> None:
+    cluster = LocalCluster(3, base_dir=None)
+    cluster.write_configs()
+    cluster.start_node(1)  # a minority: there is never a leader
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                c = await Client.connect(cluster.client_addr(1), timeout=1)
+                break
+            except ZabdError:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+        async with c:
+            t0 = time.monotonic()
+            with pytest.raises(ZabdError) as info:
+                await c.propose(b"x")
+            assert time.monotonic() - t0 < 1.0
+            assert info.value.code == "no_leader" and info.value.retryable
+    finally:
+        cluster.stop()
+
+
+async def test_leader_sigkill_under_load(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3)
+    leader = await cluster.wait_leader()
+    load = Load(cluster, [1, 2, 3])
+    load.start()
+    await asyncio.sleep(1.5)
+    before = len(load.acked)
+    assert before > 0
+    cluster.kill(leader)
+    killed_at = time.monotonic()
+    others = [i for i in (1, 2, 3) if i != leader]
+    new_leader = await cluster.wait_leader(others, timeout=10, exclude=leader)
+    elapsed = time.monotonic() - killed_at
+    assert elapsed < 5.0, f"new leader after {elapsed:.2f}s"
+    await asyncio.sleep(1.0)
+    await load.finish()
+    assert len(load.acked) > before, "no commits after the failover"
+    # the old leader comes back empty (memory storage) and is synced
+    cluster.start_node(leader)
+    await cluster.wait_leader([1, 2, 3], timeout=20)
+    await cluster.wait_caught_up([1, 2, 3])
+    assert (await cluster.status(leader) or {}).get("leader") == new_leader
+    logs = await read_logs(cluster, [1, 2, 3])
+    assert_same_logs(logs, load.acked)
+
+
+async def test_sigstop_follower_cluster_keeps_committing(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3)
+    leader = await cluster.wait_leader()
+    stopped = next(i for i in (1, 2, 3) if i != leader)
+    live = [i for i in (1, 2, 3) if i != stopped]
+    cluster.signal(stopped, signal.SIGSTOP)
+    try:
+        load = Load(cluster, live, window=4)
+        load.start()
+        await asyncio.sleep(2.5)  # past the 1.5 s support window
+        await load.finish()
+        assert len(load.acked) > 50, f"only {len(load.acked)} commits with a stopped follower"
+    finally:
+        cluster.signal(stopped, signal.SIGCONT)
+    last = await cluster.wait_caught_up([1, 2, 3], timeout=20)
+    assert last >= max(load.acked)
+    assert_same_logs(await read_logs(cluster, [1, 2, 3]), load.acked)
+
+
+async def test_watch_streams_commits(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3)
+    await cluster.wait_leader()
+    async with await Client.connect(cluster.client_addr(1)) as c:
+        first = await c.propose(b"before")
+        seen: list[Txn] = []
+
+        async def watch() -> None:
+            async for txn in c.watch(0):
+                seen.append(txn)
+                if len(seen) == 21:
+                    return
+
+        task = asyncio.create_task(watch())
+        await asyncio.sleep(0.2)
+        zs = [await c.propose(f"w{k}".encode()) for k in range(20)]
+        await asyncio.wait_for(task, 10)
+        assert [t.zxid for t in seen] == [first, *zs]
+        assert seen[1].payload == b"w0"
+
+
+async def test_sigterm_shuts_down_cleanly(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3)
+    await cluster.wait_leader()
+    rc = cluster.terminate(2)
+    assert rc == 0
+    text = cluster.log_text(2)
+    assert '"event": "stopped"' in text

@@ -1,0 +1,165 @@
+"""``zabd propose``, ``zabd status``, ``zabd log`` (each with ``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from zabd.protocol import zxid as zx
+
+DEFAULT_SERVERS = "127.0.0.1:7001"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser(prog: str, desc: str) -> _Parser:
+    p = _Parser(prog=prog, description=desc)
+    p.add_argument("--servers", "--server", default=DEFAULT_SERVERS, help="host:port[,host:port...] (client ports)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    return p
+
+
+def _run(prog: str, coro_fn: Callable[[], Awaitable[int]]) -> int:
+    from zabd.client.client import ZabdError
+
+    try:
+        import uvloop
+
+        return uvloop.run(coro_fn())  # type: ignore[no-any-return]
+    except ZabdError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    except TimeoutError:
+        print(f"{prog}: timed out", file=sys.stderr)
+        return 1
+
+
+def _payload_json(p: bytes) -> Any:
+    try:
+        return p.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"hex": p.hex()}
+
+
+def propose_main(argv: list[str]) -> int:
+    p = _parser("zabd propose", "submit proposals; prints the committed zxid of each")
+    p.add_argument("payload", nargs="*", help="payloads (UTF-8 text); with none, one per line from stdin")
+    p.add_argument("--retry", type=float, default=10.0, help="seconds to retry while there is no leader (default 10)")
+    args = p.parse_args(argv)
+
+    async def go() -> int:
+        from zabd.client.client import Client
+
+        payloads = [s.encode() for s in args.payload] or [line.rstrip("\n").encode() for line in sys.stdin]
+        async with await Client.connect(args.servers, timeout=args.timeout) as client:
+            zxids = await asyncio.gather(*(client.propose(pl, retry_for=args.retry) for pl in payloads))
+        for pl, z in zip(payloads, zxids, strict=True):
+            if args.json:
+                print(json.dumps({"zxid": z, "zxid_str": zx.fmt(z), "size": len(pl)}))
+            else:
+                print(zx.fmt(z))
+        return 0
+
+    return _run("zabd propose", go)
+
+
+def status_main(argv: list[str]) -> int:
+    p = _parser("zabd status", "show each listed server's status")
+    args = p.parse_args(argv)
+
+    async def go() -> int:
+        from zabd.client.client import Client, ZabdError, parse_servers
+
+        rc = 0
+        rows: list[dict[str, Any]] = []
+        for host, port in parse_servers(args.servers):
+            addr = f"{host}:{port}"
+            try:
+                async with await Client.connect(addr, timeout=args.timeout) as client:
+                    st = (await client.status()).model_dump()
+                st["server"] = addr
+            except (ZabdError, OSError, TimeoutError) as exc:
+                st = {"server": addr, "error": str(exc)}
+                rc = 1
+            rows.append(st)
+        for st in rows:
+            if args.json:
+                print(json.dumps(st))
+            elif "error" in st:
+                print(f"{st['server']}: unreachable ({st['error']})")
+            else:
+                print(
+                    f"{st['server']}: node {st['id']} {st['role']} ({st['phase']}) leader={st['leader']} "
+                    f"epoch={st['current_epoch']}/{st['accepted_epoch']} last_zxid={zx.fmt(st['last_zxid'])} "
+                    f"committed={zx.fmt(st['last_committed'])} peers_connected={st['peers_connected']}"
+                )
+        return rc
+
+    return _run("zabd status", go)
+
+
+def log_main(argv: list[str]) -> int:
+    if argv and argv[0] in ("dump", "verify"):
+        try:
+            tools = importlib.import_module("zabd.storage.tools")
+            func = tools.dump_main if argv[0] == "dump" else tools.verify_main
+        except (ImportError, AttributeError) as exc:
+            print(f"zabd log {argv[0]}: not available ({exc})", file=sys.stderr)
+            return 2
+        result: int = func(argv[1:])
+        return result
+    p = _parser("zabd log", "print committed transactions in order ('zabd log dump|verify DIR' reads a data dir)")
+    p.add_argument("--from", dest="from_zxid", default="0", help="first zxid (integer or epoch:counter)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
+    p.add_argument("--follow", action="store_true", help="keep printing commits as they happen")
+    args = p.parse_args(argv)
+    try:
+        if ":" in args.from_zxid:
+            e, c = args.from_zxid.split(":", 1)
+            start = zx.make(int(e), int(c))
+        else:
+            start = int(args.from_zxid)
+    except ValueError:
+        print(f"zabd log: --from {args.from_zxid!r}: expected an integer or epoch:counter", file=sys.stderr)
+        return 2
+
+    def show(z: int, payload: bytes) -> None:
+        if args.json:
+            print(json.dumps({"zxid": z, "zxid_str": zx.fmt(z), "payload": _payload_json(payload)}), flush=True)
+        else:
+            print(f"{zx.fmt(z)}\t{payload.decode('utf-8', 'backslashreplace')}", flush=True)
+
+    async def go() -> int:
+        from zabd.client.client import Client
+
+        async with await Client.connect(args.servers, timeout=args.timeout) as client:
+            if args.follow:
+                n = 0
+                async for txn in client.watch(start):
+                    show(txn.zxid, txn.payload)
+                    n += 1
+                    if args.limit and n >= args.limit:
+                        break
+                return 0
+            if args.limit:
+                txns = await client.read(start, args.limit)
+            else:
+                txns = await client.read_all(start)
+            for txn in txns:
+                show(txn.zxid, txn.payload)
+        return 0
+
+    return _run("zabd log", go)

@@ -1,0 +1,216 @@
+"""Start a local N-node cluster of real ``zabd serve`` processes on 127.0.0.1.
+
+Used by ``zabd bench --spawn`` and by the tests. Ports are ephemeral (picked
+by binding port 0), data directories temporary; every process started here
+is stopped by PID in :meth:`LocalCluster.stop`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from zabd.client.client import Client, ZabdError
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        n: int,
+        *,
+        storage: str = "memory",
+        fsync: bool = True,
+        base_dir: str | Path | None = None,
+        tick_ms: int = 10,
+        extra: dict[str, Any] | None = None,
+        log_level: str = "info",
+    ) -> None:
+        self.n = n
+        self.storage = storage
+        self.fsync = fsync
+        self.tick_ms = tick_ms
+        self.extra = extra or {}
+        self.log_level = log_level
+        self._own_dir = base_dir is None
+        self.base = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="zabd-cluster-"))
+        ports = free_ports(2 * n)
+        self.peer_ports = {i: ports[i - 1] for i in range(1, n + 1)}
+        self.client_ports = {i: ports[n + i - 1] for i in range(1, n + 1)}
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.log_files: dict[int, Path] = {}
+
+    def client_addr(self, i: int) -> str:
+        return f"127.0.0.1:{self.client_ports[i]}"
+
+    @property
+    def servers(self) -> list[str]:
+        return [self.client_addr(i) for i in range(1, self.n + 1)]
+
+    def config_path(self, i: int) -> Path:
+        return self.base / f"node{i}.toml"
+
+    def write_configs(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        for i in range(1, self.n + 1):
+            lines = [
+                f"id = {i}",
+                f'client = "{self.client_addr(i)}"',
+                f'data_dir = "{self.base / f"data{i}"}"',
+                f"tick_ms = {self.tick_ms}",
+                f"seed = {1000 + i}",
+                f'storage = "{self.storage}"',
+                f"fsync = {'true' if self.fsync else 'false'}",
+                f'log_level = "{self.log_level}"',
+            ]
+            for key, value in self.extra.items():
+                lines.append(f"{key} = {value!r}" if not isinstance(value, str) else f'{key} = "{value}"')
+            lines.append("[peers]")
+            for j in range(1, self.n + 1):
+                lines.append(f'{j} = "127.0.0.1:{self.peer_ports[j]}"')
+            self.config_path(i).write_text("\n".join(lines) + "\n")
+
+    def start_node(self, i: int) -> None:
+        log = self.base / f"node{i}.log"
+        self.log_files[i] = log
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
+        with open(log, "ab") as out:
+            self.procs[i] = subprocess.Popen(
+                [sys.executable, "-m", "zabd", "serve", "--config", str(self.config_path(i))],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+
+    def start(self) -> None:
+        self.write_configs()
+        for i in range(1, self.n + 1):
+            self.start_node(i)
+
+    def signal(self, i: int, sig: int) -> None:
+        proc = self.procs[i]
+        if proc.poll() is None:
+            os.kill(proc.pid, sig)
+
+    def kill(self, i: int) -> None:
+        proc = self.procs[i]
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def terminate(self, i: int, timeout: float = 10.0) -> int:
+        proc = self.procs[i]
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            return -9
+
+    def alive(self, i: int) -> bool:
+        return self.procs[i].poll() is None
+
+    def log_text(self, i: int) -> str:
+        try:
+            return self.log_files[i].read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        for i, proc in self.procs.items():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        if self._own_dir:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------- async helpers
+
+    async def status(self, i: int, timeout: float = 2.0) -> dict[str, Any] | None:
+        try:
+            client = await Client.connect(self.client_addr(i), timeout=timeout)
+        except (ZabdError, OSError, TimeoutError):
+            return None
+        try:
+            return (await client.status()).model_dump()
+        except (ZabdError, OSError, TimeoutError):
+            return None
+        finally:
+            await client.close()
+
+    async def statuses(self, nodes: list[int] | None = None) -> dict[int, dict[str, Any] | None]:
+        ids = nodes or list(range(1, self.n + 1))
+        results = await asyncio.gather(*(self.status(i) for i in ids))
+        return dict(zip(ids, results, strict=True))
+
+    async def wait_leader(self, nodes: list[int] | None = None, timeout: float = 20.0, exclude: int = 0) -> int:
+        """Wait until every node in ``nodes`` reports the same leader, that
+        leader is in the broadcast phase, and it is not ``exclude``."""
+        ids = nodes or [i for i in range(1, self.n + 1) if self.alive(i)]
+        deadline = time.monotonic() + timeout
+        last: dict[int, dict[str, Any] | None] = {}
+        while time.monotonic() < deadline:
+            last = await self.statuses(ids)
+            leaders = {st["leader"] if st else -1 for st in last.values()}
+            if len(leaders) == 1:
+                leader = leaders.pop()
+                if leader > 0 and leader != exclude and leader in last:
+                    st = last[leader]
+                    if st and st["role"] == "leading" and st["phase"] == "broadcast":
+                        if all(s and s["phase"] == "broadcast" for s in last.values()):
+                            return int(leader)
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"no common leader within {timeout}s: {last}")
+
+    async def wait_caught_up(self, nodes: list[int], timeout: float = 20.0) -> int:
+        """Wait until ``nodes`` report the same last_committed; return it."""
+        deadline = time.monotonic() + timeout
+        last: dict[int, dict[str, Any] | None] = {}
+        while time.monotonic() < deadline:
+            last = await self.statuses(nodes)
+            values = {st["last_committed"] if st else -1 for st in last.values()}
+            if len(values) == 1 and -1 not in values:
+                return int(values.pop())
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"nodes {nodes} did not converge within {timeout}s: {last}")
