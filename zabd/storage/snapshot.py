@@ -76,9 +76,7 @@ def list_snapshots(snap_dir: str) -> list[tuple[int, str]]:
 
 def encode_snapshot(zxid: int, data: bytes, received: bool = False) -> list[bytes]:
     mv = memoryview(data)
-    table = b"".join(
-        struct.pack("<I", crc32c.crc32c(mv[i : i + BLOCK_SIZE])) for i in range(0, len(data), BLOCK_SIZE)
-    )
+    table = b"".join(struct.pack("<I", crc32c.crc32c(mv[i : i + BLOCK_SIZE])) for i in range(0, len(data), BLOCK_SIZE))
     head = SNAP_HEAD.pack(SNAP_MAGIC, 1, RECEIVED if received else 0, zxid, len(data), BLOCK_SIZE, crc32c.crc32c(table))
     return [head + struct.pack("<I", crc32c.crc32c(head)), data, table]
 

@@ -206,9 +206,13 @@ def scan_segment(
                 bad_end = pos + REC_HEADER_SIZE
             break
         stop = pos + REC_HEADER_SIZE + n
-        if n > MAX_RECORD or stop > size:
-            problem = f"record length {n} runs past the end of the file ({size} bytes)"
+        if n > MAX_RECORD:
+            problem = f"record length {n} is above the {MAX_RECORD}-byte limit"
             bad_end = pos + REC_HEADER_SIZE
+            break
+        if stop > size:
+            problem = f"record length {n} runs past the end of the file ({size} bytes)"
+            bad_end = size  # a record cut short by the file end is the last data there
             break
         if crc(buf[pos + 4 : stop]) != c:
             problem = f"checksum mismatch in record (zxid field {zx.fmt(z)}, length {n})"
@@ -427,9 +431,26 @@ class PhysicalLog:
     # -- operations (each called by the writer thread only)
 
     def append(self, blob: bytes, zxids: list[int], sizes: list[int]) -> None:
-        """Write encoded records (``blob``), not yet synced."""
-        if not self.segments or self.segments[-1].end >= self.segment_bytes:
-            self._new_segment(self.last_zxid)
+        """Write encoded records (``blob``), not yet synced. A batch that
+        crosses ``segment_bytes`` is split at a record boundary and continues
+        in a new segment, so segments stay near their configured size."""
+        i = 0
+        pos = 0
+        n = len(zxids)
+        while i < n:
+            if not self.segments or self.segments[-1].end >= self.segment_bytes:
+                self._new_segment(self.last_zxid)
+            room = self.segment_bytes - self.segments[-1].end
+            j = i
+            size = 0
+            while j < n and (j == i or size + sizes[j] <= room):
+                size += sizes[j]
+                j += 1
+            self._append_part(blob[pos : pos + size] if (i or j < n) else blob, zxids[i:j], sizes[i:j])
+            pos += size
+            i = j
+
+    def _append_part(self, blob: bytes, zxids: list[int], sizes: list[int]) -> None:
         seg = self.segments[-1]
         fd = self._open_current()
         end = seg.end + len(blob)
