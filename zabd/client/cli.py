@@ -29,13 +29,17 @@ def _parser(prog: str, desc: str) -> _Parser:
     return p
 
 
+async def _as_coro(fn: Callable[[], Awaitable[int]]) -> int:
+    return await fn()
+
+
 def _run(prog: str, coro_fn: Callable[[], Awaitable[int]]) -> int:
     from zabd.client.client import ZabdError
 
     try:
         import uvloop
 
-        return uvloop.run(coro_fn())  # type: ignore[no-any-return]
+        return uvloop.run(_as_coro(coro_fn))
     except ZabdError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1

@@ -212,9 +212,7 @@ class Client:
         return schema.NodeStatus.model_validate(body["status"])
 
     async def read(self, from_zxid: int = 0, limit: int = 1000) -> list[Txn]:
-        body = await self._call(
-            {"v": 1, "type": "read", "id": next(self._ids), "from_zxid": from_zxid, "limit": limit}
-        )
+        body = await self._call({"v": 1, "type": "read", "id": next(self._ids), "from_zxid": from_zxid, "limit": limit})
         return [Txn(int(z), bytes(p)) for z, p in body["txns"]]
 
     async def read_all(self, from_zxid: int = 0, page: int = 5000) -> list[Txn]:

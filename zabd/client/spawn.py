@@ -142,7 +142,7 @@ class LocalCluster:
             return ""
 
     def stop(self) -> None:
-        for i, proc in self.procs.items():
+        for proc in self.procs.values():
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGCONT)
@@ -197,9 +197,9 @@ class LocalCluster:
                 leader = leaders.pop()
                 if leader > 0 and leader != exclude and leader in last:
                     st = last[leader]
-                    if st and st["role"] == "leading" and st["phase"] == "broadcast":
-                        if all(s and s["phase"] == "broadcast" for s in last.values()):
-                            return int(leader)
+                    settled = all(s and s["phase"] == "broadcast" for s in last.values())
+                    if st and st["role"] == "leading" and settled:
+                        return int(leader)
             await asyncio.sleep(0.05)
         raise TimeoutError(f"no common leader within {timeout}s: {last}")
 

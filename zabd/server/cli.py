@@ -61,7 +61,7 @@ def serve_main(argv: list[str]) -> int:
     try:
         import uvloop
 
-        return uvloop.run(_run(config))  # type: ignore[no-any-return]
+        return uvloop.run(_run(config))
     except ConfigError as exc:
         print(f"zabd serve: {exc}", file=sys.stderr)
         return 2

@@ -109,7 +109,8 @@ class ServerConfig(BaseModel):
         for node_id, addr in self.peers.items():
             if parse_hostport(addr) == client:
                 raise ValueError(
-                    f"field 'client' = {self.client!r}: duplicate port, peers.{node_id} uses it; expected a free host:port"
+                    f"field 'client' = {self.client!r}: duplicate port, peers.{node_id} uses it; "
+                    "expected a free host:port"
                 )
         return self
 

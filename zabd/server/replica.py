@@ -134,11 +134,20 @@ class PeerConn(_Conn):
                     return
                 replica._on_peer_frame(self, body)
         except wire.FrameError as exc:
-            replica.log.error("peer frame rejected; closing connection", peer=self.peer, addr=self.peername, error=str(exc))
+            replica.log.error(
+                "peer frame rejected; closing connection", peer=self.peer, addr=self.peername, error=str(exc)
+            )
             self.abort()
         replica._kick()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.reader.buffered and not self.closed:
+            self.replica.log.error(
+                "peer connection closed mid-frame (truncated frame)",
+                peer=self.peer,
+                addr=self.peername,
+                buffered=self.reader.buffered,
+            )
         self.closed = True
         if not self.lost.done():
             self.lost.set_result(None)
@@ -185,6 +194,12 @@ class ClientConn(_Conn):
         replica._kick()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.reader.buffered and not self.closed:
+            self.replica.log.error(
+                "client connection closed mid-frame (truncated frame)",
+                addr=self.peername,
+                buffered=self.reader.buffered,
+            )
         self.closed = True
         self.slots.clear()
         self.replica._clients.discard(self)
@@ -507,7 +522,7 @@ class Replica:
         while not self._stopping:
             conn = PeerConn(self, peer)
             try:
-                await loop.create_connection(lambda: conn, host, port)
+                await loop.create_connection(lambda c=conn: c, host, port)  # type: ignore[misc]
             except OSError:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
@@ -688,13 +703,13 @@ class Replica:
         elif isinstance(req, schema.ReadRequest):
             slot = conn.new_slot()
             txns = self.read(req.from_zxid, req.limit)
-            conn.complete(
-                slot, {"v": 1, "id": req.id, "ok": True, "txns": txns, "last_committed": self._applied}
-            )
+            conn.complete(slot, {"v": 1, "id": req.id, "ok": True, "txns": txns, "last_committed": self._applied})
         elif isinstance(req, schema.WatchRequest):
             if conn.slots:
                 slot = conn.new_slot()
-                conn.complete(slot, schema.error_body(req.id, schema.BAD_REQUEST, "watch on a connection with requests in flight"))
+                conn.complete(
+                    slot, schema.error_body(req.id, schema.BAD_REQUEST, "watch on a connection with requests in flight")
+                )
                 return
             conn.watch_id = req.id
             conn.watch_next = req.from_zxid
@@ -745,7 +760,9 @@ class Replica:
         try:
             z = node.propose(payload, self.now())
         except NotLeader:
-            self._send_extra(peer, _frame((wire.TAG_FORWARD_ERR, fid, schema.NO_LEADER, "the leader is not ready; retry")))
+            self._send_extra(
+                peer, _frame((wire.TAG_FORWARD_ERR, fid, schema.NO_LEADER, "the leader is not ready; retry"))
+            )
             return
         self._pending.append((z, peer, fid, 0))
 

@@ -119,6 +119,10 @@ def _u64(x: Any) -> bool:
     return type(x) is int and 0 <= x <= U64
 
 
+def _node(x: Any) -> bool:
+    return type(x) is int and 0 <= x <= NODE_MAX
+
+
 def _txn(x: Any) -> Txn:
     if type(x) is tuple and len(x) == 2:
         z, p = x
@@ -153,9 +157,8 @@ def decode_message(body: Any) -> Message:
         if n == 4 and _u32(body[1]) and _u64(body[2]) and _u32(body[3]):
             return LookForLeader(body[1], body[2], body[3])
     elif tag == 1:
-        if n == 5 and _u32(body[1]) and _u64(body[2]) and _u32(body[3]) and type(body[4]) is int:
-            if 0 <= body[4] <= NODE_MAX:
-                return Vote(body[1], body[2], body[3], body[4])
+        if n == 5 and _u32(body[1]) and _u64(body[2]) and _u32(body[3]) and _node(body[4]):
+            return Vote(body[1], body[2], body[3], body[4])
     elif tag == 2:
         if n == 2 and _u32(body[1]):
             return NewEpoch(body[1])

@@ -31,7 +31,9 @@ def _add_context(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMap
 
 
 def configure(fmt: str = "json", level: str = "info") -> None:
-    renderer: Any = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    renderer: Any = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,

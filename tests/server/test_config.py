@@ -1,0 +1,119 @@
+"""Config errors stop ``zabd serve`` at start with one line naming the field,
+the value and what was expected."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zabd.server.config import ConfigError, load_config
+
+GOOD = """id = 1
+client = "127.0.0.1:7101"
+[peers]
+1 = "127.0.0.1:7201"
+2 = "127.0.0.1:7202"
+3 = "127.0.0.1:7203"
+"""
+
+BAD = {
+    "unknown field": (
+        'id = 1\ncolour = "red"\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n',
+        ["colour", "red", "unknown field"],
+    ),
+    "missing peer": (
+        'id = 1\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n3 = "127.0.0.1:7203"\n',
+        ["peers", "missing peer 2", "1..2"],
+    ),
+    "duplicate port": (
+        'id = 1\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n2 = "127.0.0.1:7201"\n',
+        ["peers", "127.0.0.1:7201", "duplicate"],
+    ),
+    "client port clash": (
+        'id = 1\nclient = "127.0.0.1:7201"\n[peers]\n1 = "127.0.0.1:7201"\n',
+        ["client", "127.0.0.1:7201", "duplicate port"],
+    ),
+    "own id absent": (
+        'id = 4\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n2 = "127.0.0.1:7202"\n',
+        ["'id' = 4", "absent", "[1, 2]"],
+    ),
+    "wrong type": (GOOD.replace("id = 1", 'id = 1\ntick_ms = "fast"'), ["tick_ms", "fast", "integer"]),
+    "wrong literal": (GOOD.replace("id = 1", 'id = 1\nstorage = "tape"'), ["storage", "tape", "'memory' or 'disk'"]),
+    "missing field": (GOOD.replace('client = "127.0.0.1:7101"\n', ""), ["client", "missing"]),
+    "bad address": (GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:99999"'), ["peers", "99999", "1..65535"]),
+    "not toml": ("id = = 1\n", ["not valid TOML"]),
+}
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_config_one_line(tmp_path: Path, name: str) -> None:
+    text, needles = BAD[name]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    message = str(info.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+
+
+def test_serve_exits_2_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(BAD["own id absent"][0])
+    proc = subprocess.run(
+        [sys.executable, "-m", "zabd", "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
+        check=False,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "'id' = 4" in lines[0] and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_environment_overrides_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "good.toml"
+    path.write_text(GOOD)
+    cfg = load_config(path, {"ZABD_ID": "2", "ZABD_TICK_MS": "20", "ZABD_FSYNC": "false"})
+    assert (cfg.id, cfg.tick_ms, cfg.fsync) == (2, 20, False)
+    cfg = load_config(None, {"ZABD_ID": "1", "ZABD_PEERS": "1=a:1,2=b:2,3=c:3", "ZABD_CLIENT": "a:2"})
+    assert cfg.peers == {1: "a:1", 2: "b:2", 3: "c:3"} and cfg.peer_ids == [2, 3]
+    for env, needles in [
+        ({"ZABD_TICK_MS": "soon"}, ["ZABD_TICK_MS", "soon", "integer"]),
+        ({"ZABD_COLOUR": "red"}, ["ZABD_COLOUR", "unknown field"]),
+        ({"ZABD_PEERS": "1=a:1,2"}, ["ZABD_PEERS", "1=a:1,2"]),
+        ({"ZABD_FSYNC": "maybe"}, ["ZABD_FSYNC", "maybe", "true or false"]),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            load_config(path, env)
+        for needle in needles:
+            assert needle in str(info.value), str(info.value)
+
+
+def test_storage_factory(tmp_path: Path) -> None:
+    from zabd.server.storage_factory import open_storage
+    from zabd.storage.base import MemoryStorage
+
+    path = tmp_path / "good.toml"
+    path.write_text(GOOD.replace("id = 1", f'id = 1\ndata_dir = "{tmp_path / "data"}"'))
+    assert isinstance(open_storage(load_config(path, {})), MemoryStorage)
+    disk = load_config(path, {"ZABD_STORAGE": "disk"})
+    try:
+        storage = open_storage(disk)
+    except ConfigError as exc:  # until the disk backend is wired in
+        assert "'storage' = 'disk'" in str(exc) and "\n" not in str(exc)
+    else:
+        storage.close()
