@@ -1,0 +1,143 @@
+"""What the audit reads from a data directory, and only through ``zabd.storage``.
+
+This is the one place that knows the storage module's reader API
+(``iter_records``, ``list_snapshots``/``read_snapshot``, ``read_epochs``,
+``read_commit``): the audit never parses the on-disk format itself, so a
+format change in ``zabd/storage`` needs no change here beyond these calls.
+
+Payloads are reduced to a 128-bit BLAKE2b digest on the executor; only the
+digest travels to Spark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+INT63 = 1 << 63
+
+
+def payload_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+# (name, Spark type, nullable) of one log record row
+RECORD_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("node", "int", False),  # position of the directory on the command line, 1-based
+    ("pos", "long", False),  # record's position in the node's log (0-based, log order)
+    ("zxid", "long", False),
+    ("epoch", "long", False),
+    ("counter", "long", False),
+    ("size", "long", False),
+    ("hash", "string", False),  # BLAKE2b-128 of the payload
+    ("crc_ok", "boolean", False),
+    ("file", "string", False),
+    ("offset", "long", False),
+)
+
+
+def record_ddl() -> str:
+    return ", ".join(f"`{n}` {t}" + ("" if nullable else " not null") for n, t, nullable in RECORD_COLUMNS)
+
+
+def iter_record_rows(node: int, data_dir: str) -> Iterator[tuple[Any, ...]]:
+    """One tuple per log record (``RECORD_COLUMNS`` order), via ``zabd.storage``'s lenient reader."""
+    from zabd.storage.txnlog import iter_records
+
+    for pos, rec in enumerate(iter_records(data_dir)):
+        if rec.zxid >= INT63:  # epoch >= 2^31: not representable as a Spark long
+            raise ValueError(f"{rec.file}: offset {rec.offset}: zxid {rec.zxid:#x} has an epoch above 2^31-1")
+        yield (
+            node,
+            pos,
+            rec.zxid,
+            rec.zxid >> 32,
+            rec.zxid & 0xFFFF_FFFF,
+            len(rec.payload),
+            payload_hash(rec.payload),
+            rec.crc_ok,
+            rec.file,
+            rec.offset,
+        )
+
+
+def record_batches(nodes: dict[int, str], batches: Iterator[Any], rows_per_batch: int = 50_000) -> Iterator[Any]:
+    """mapInArrow body: node ids in, Arrow batches of record rows out (bounded memory per batch)."""
+    import pyarrow as pa
+
+    types = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "boolean": pa.bool_()}
+    schema = pa.schema([pa.field(n, types[t], nullable) for n, t, nullable in RECORD_COLUMNS])
+    width = len(RECORD_COLUMNS)
+
+    def batch_of(cols: list[list[Any]]) -> Any:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(cols, schema, strict=True)], schema=schema
+        )
+
+    for batch in batches:
+        for node in batch.column(0).to_pylist():
+            cols: list[list[Any]] = [[] for _ in range(width)]
+            for row in iter_record_rows(int(node), nodes[int(node)]):
+                for i in range(width):
+                    cols[i].append(row[i])
+                if len(cols[0]) >= rows_per_batch:
+                    yield batch_of(cols)
+                    cols = [[] for _ in range(width)]
+            if cols[0]:
+                yield batch_of(cols)
+
+
+@dataclass(slots=True)
+class SnapshotInfo:
+    zxid: int
+    size: int
+    hash: str
+    received: bool
+    path: str
+
+
+@dataclass(slots=True)
+class NodeMeta:
+    node: int
+    data_dir: str
+    accepted_epoch: int | None = None
+    current_epoch: int | None = None
+    epoch_leader: int | None = None
+    commit: int = 0  # the advisory commit point (0 if unknown): a lower bound
+    snapshots: list[SnapshotInfo] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # unreadable files: reported as problems
+
+    @property
+    def snapshot_zxid(self) -> int:
+        return max((s.zxid for s in self.snapshots), default=0)
+
+
+def read_node_meta(node: int, data_dir: str) -> NodeMeta:
+    """Epochs, commit point and snapshots of one data directory (small files, read on the driver)."""
+    from zabd.storage.epochs import read_commit, read_epochs
+    from zabd.storage.snapshot import list_snapshots, read_snapshot
+    from zabd.storage.txnlog import StorageError
+
+    meta = NodeMeta(node, data_dir)
+    try:
+        e = read_epochs(os.path.join(data_dir, "epochs"))
+        if e is not None:
+            meta.accepted_epoch, meta.epoch_leader, meta.current_epoch = (
+                e.accepted_epoch,
+                e.epoch_leader,
+                e.current_epoch,
+            )
+    except StorageError as exc:
+        meta.errors.append(str(exc))
+    meta.commit = read_commit(os.path.join(data_dir, "commit"))
+    for _, path in list_snapshots(os.path.join(data_dir, "snap")):
+        try:
+            snap = read_snapshot(path)
+        except StorageError as exc:
+            meta.errors.append(str(exc))
+            continue
+        meta.snapshots.append(SnapshotInfo(snap.zxid, len(snap.data), payload_hash(snap.data), snap.received, path))
+    return meta
