@@ -811,6 +811,7 @@ class Replica:
             "peers": list(self.peer_ids),
             "peers_connected": sorted(self._conns),
             "storage": self.config.storage,
+            "fsync": self.config.fsync,
             "client_connections": len(self._clients),
             "uptime_s": round(time.monotonic() - self._started, 3),
         }

@@ -1,0 +1,323 @@
+"""``zabd bench``: closed-loop load generator.
+
+C connections, each with W proposals outstanding. Everything runs in
+callbacks on uvloop (no task or future per request); the requests issued
+while handling one read leave in one write, and responses are decoded many
+per read. Latency is client issue -> response, in an HdrHistogram (us).
+
+    zabd bench --servers h:p,h:p --clients 8 --window 256 --payload 1024 --duration 10 [--json]
+    zabd bench --spawn 3 --storage memory ...   # starts and stops a local cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from collections import deque
+from typing import Any, cast
+
+import msgpack
+from hdrh.histogram import HdrHistogram
+
+from zabd.server.wire import FrameError, FrameReader
+
+_packb = msgpack.packb
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"zabd bench: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.hist = HdrHistogram(1, 120_000_000, 3)
+        self.ops = 0
+        self.errors = 0
+        self.error_codes: dict[str, int] = {}
+        self.measuring = False
+
+
+class BenchConn(asyncio.Protocol):
+    def __init__(self, stats: Stats, payload: bytes, window: int, stop_at: list[float]) -> None:
+        self.stats = stats
+        self.payload = payload
+        self.window = window
+        self.stop_at = stop_at
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader(64 * 1024 * 1024, use_list=True)
+        self.sent: deque[int] = deque()  # issue times (ns), in request order
+        self.next_id = 0
+        self.closed = asyncio.get_running_loop().create_future()
+        self.done = False
+        self.retry_scheduled = False
+        # map header + constant fields, then the id and the payload
+        self._prefix = b"\x84" + _packb("v") + _packb(1) + _packb("type") + _packb("propose") + _packb("id")
+        self._payload_part = _packb("payload") + _packb(payload)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._issue(self.window)
+
+    def _issue(self, n: int) -> None:
+        if n <= 0 or self.done or self.transport is None:
+            return
+        now = time.perf_counter_ns()
+        prefix = self._prefix
+        tail = self._payload_part
+        out = []
+        sent = self.sent
+        for _ in range(n):
+            self.next_id += 1
+            body = prefix + _packb(self.next_id) + tail
+            out.append(len(body).to_bytes(4, "big"))
+            out.append(body)
+            sent.append(now)
+        self.transport.write(b"".join(out))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            bodies = self.reader.feed(data)
+        except FrameError:
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        now = time.perf_counter_ns()
+        stats = self.stats
+        sent = self.sent
+        record = stats.hist.record_value
+        measuring = stats.measuring
+        ok = 0
+        failed = 0
+        for body in bodies:
+            t0 = sent.popleft()
+            if body.get("ok"):
+                ok += 1
+                if measuring:
+                    record((now - t0) // 1000 or 1)
+            else:
+                failed += 1
+                code = str(body.get("error"))
+                stats.error_codes[code] = stats.error_codes.get(code, 0) + 1
+        if measuring:
+            stats.ops += ok
+            stats.errors += failed
+        if time.monotonic() >= self.stop_at[0]:
+            self.done = True
+            if not sent and self.transport is not None:
+                self.transport.close()
+            return
+        self._issue(ok)
+        if failed:
+            # e.g. no leader during an election: back off instead of spinning
+            asyncio.get_running_loop().call_later(0.05, self._issue, failed)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.sent and self.stats.measuring and not self.done:
+            self.stats.errors += len(self.sent)
+            self.stats.error_codes["connection_lost"] = self.stats.error_codes.get("connection_lost", 0) + len(
+                self.sent
+            )
+        self.done = True
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+async def _leader_of(servers: list[str]) -> tuple[str, dict[str, Any]]:
+    from zabd.client.client import Client
+
+    last: dict[str, Any] = {}
+    for addr in servers:
+        with contextlib.suppress(Exception):
+            async with await Client.connect(addr, timeout=2) as c:
+                st = (await c.status()).model_dump()
+                last = st
+                if st["role"] == "leading":
+                    return addr, st
+    return "", last
+
+
+async def run_bench(
+    servers: list[str],
+    *,
+    clients: int,
+    window: int,
+    payload_size: int,
+    duration: float,
+    warmup: float,
+    target: str,
+    progress: bool,
+    server_pids: list[int] | None = None,
+) -> dict[str, Any]:
+    from zabd.client.client import parse_servers
+
+    addrs = parse_servers(servers)
+    leader_addr, st = await _leader_of([f"{h}:{p}" for h, p in addrs])
+    if target == "leader":
+        if not leader_addr:
+            raise RuntimeError("no leader found among the servers")
+        lh, lp = leader_addr.rsplit(":", 1)
+        chosen = [(lh, int(lp))] * clients
+    else:
+        chosen = [addrs[i % len(addrs)] for i in range(clients)]
+    loop = asyncio.get_running_loop()
+    stats = Stats()
+    payload = os.urandom(payload_size)
+    stop_at = [time.monotonic() + warmup + duration + 3600.0]
+    conns: list[BenchConn] = []
+    for host, port in chosen:
+        _, proto = await loop.create_connection(
+            lambda: BenchConn(stats, payload, window, stop_at), host, port
+        )
+        conns.append(proto)
+    if warmup > 0:
+        await asyncio.sleep(warmup)
+    pids = server_pids or []
+    cpu0 = {pid: _cpu_seconds(pid) for pid in [os.getpid(), *pids]}
+    stats.measuring = True
+    t0 = time.monotonic()
+    stop_at[0] = t0 + duration
+    last_ops, last_t = 0, t0
+    while True:
+        now = time.monotonic()
+        if now >= stop_at[0]:
+            break
+        await asyncio.sleep(min(1.0, stop_at[0] - now))
+        if progress:
+            now = time.monotonic()
+            rate = (stats.ops - last_ops) / max(1e-9, now - last_t)
+            last_ops, last_t = stats.ops, now
+            p99 = stats.hist.get_value_at_percentile(99) / 1000 if stats.ops else 0.0
+            print(
+                f"bench: {now - t0:5.1f}s  {rate:9.0f} ops/s  total {stats.ops}  p99 {p99:.2f} ms  errors {stats.errors}",
+                file=sys.stderr,
+                flush=True,
+            )
+    stats.measuring = False
+    elapsed = time.monotonic() - t0
+    cpu1 = {pid: _cpu_seconds(pid) for pid in cpu0}
+    for c in conns:
+        c.done = True
+    await asyncio.sleep(0)
+    for c in conns:
+        if c.transport is not None:
+            c.transport.close()
+    h = stats.hist
+    ops = stats.ops
+    return {
+        "ops": ops,
+        "ops_per_s": round(ops / elapsed, 1) if elapsed > 0 else 0.0,
+        "p50_ms": h.get_value_at_percentile(50) / 1000 if ops else None,
+        "p99_ms": h.get_value_at_percentile(99) / 1000 if ops else None,
+        "p999_ms": h.get_value_at_percentile(99.9) / 1000 if ops else None,
+        "max_ms": h.get_max_value() / 1000 if ops else None,
+        "mean_ms": round(h.get_mean_value() / 1000, 3) if ops else None,
+        "errors": stats.errors,
+        "error_codes": stats.error_codes,
+        "nodes": len(addrs),
+        "payload": payload_size,
+        "clients": clients,
+        "window": window,
+        "duration_s": round(elapsed, 3),
+        "warmup_s": warmup,
+        "target": target,
+        "leader": leader_addr,
+        "storage": st.get("storage", "unknown"),
+        "fsync": st.get("fsync"),
+        "cpu_pct": {
+            ("client" if pid == os.getpid() else f"server_pid_{pid}"): round(100 * (cpu1[pid] - cpu0[pid]) / elapsed, 1)
+            for pid in cpu0
+        },
+    }
+
+
+def main(argv: list[str]) -> int:
+    p = _Parser(prog="zabd bench", description="closed-loop proposal load generator")
+    p.add_argument("--servers", help="client host:port list of a running cluster")
+    p.add_argument("--spawn", type=int, metavar="N", help="start a local N-node cluster, run, stop it")
+    p.add_argument("--storage", choices=("memory", "disk"), default="memory", help="with --spawn (default memory)")
+    p.add_argument("--no-fsync", action="store_true", help="with --spawn --storage disk: fsync = false")
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--window", type=int, default=32, help="outstanding proposals per client")
+    p.add_argument("--payload", type=int, default=1024, help="payload bytes")
+    p.add_argument("--duration", type=float, default=10.0, help="measured seconds")
+    p.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
+    p.add_argument("--target", choices=("spread", "leader"), default="spread", help="client i on server i mod n, or all on the leader")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    if (args.servers is None) == (args.spawn is None):
+        p.error("give exactly one of --servers and --spawn")
+    for name in ("clients", "window", "payload"):
+        if getattr(args, name) < (0 if name == "payload" else 1):
+            p.error(f"--{name} {getattr(args, name)}: expected a positive integer")
+    if not 0 < args.duration <= 3600 or not 0 <= args.warmup <= 600:
+        p.error("--duration must be in (0, 3600] and --warmup in [0, 600] seconds")
+    if args.spawn is not None and not 1 <= args.spawn <= 15:
+        p.error(f"--spawn {args.spawn}: expected 1..15 nodes")
+
+    import uvloop
+
+    async def go() -> dict[str, Any]:
+        kw = dict(
+            clients=args.clients,
+            window=args.window,
+            payload_size=args.payload,
+            duration=args.duration,
+            warmup=args.warmup,
+            target=args.target,
+            progress=not args.no_progress,
+        )
+        if args.servers:
+            return await run_bench(args.servers.split(","), **kw)  # type: ignore[arg-type]
+        from zabd.client.spawn import LocalCluster
+
+        cluster = LocalCluster(args.spawn, storage=args.storage, fsync=not args.no_fsync, log_level="warning")
+        try:
+            cluster.start()
+            try:
+                await cluster.wait_leader(timeout=30)
+            except TimeoutError:
+                dead = [i for i in cluster.procs if not cluster.alive(i)]
+                why = cluster.log_text(dead[0]).strip().splitlines()[-1:] if dead else ["no leader elected"]
+                raise RuntimeError(f"the spawned cluster did not come up: {why[0] if why else '?'}") from None
+            pids = [proc.pid for proc in cluster.procs.values()]
+            return await run_bench(cluster.servers, server_pids=pids, **kw)  # type: ignore[arg-type]
+        finally:
+            cluster.stop()
+
+    try:
+        result = uvloop.run(go())
+    except (RuntimeError, ValueError, OSError) as exc:
+        print(f"zabd bench: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{result['ops']} ops in {result['duration_s']} s: {result['ops_per_s']:.0f} ops/s, "
+            f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, p99.9 {result['p999_ms']} ms, "
+            f"errors {result['errors']} ({result['nodes']} nodes, {result['payload']} B, "
+            f"{result['clients']}x{result['window']}, storage {result['storage']}, cpu {result['cpu_pct']})"
+        )
+    return 0
