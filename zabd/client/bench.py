@@ -143,6 +143,17 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def _box_busy_seconds() -> float:
+    """Busy CPU time of the whole machine (all cores), from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 async def _leader_of(servers: list[str]) -> tuple[str, dict[str, Any]]:
     from zabd.client.client import Client
 
@@ -186,14 +197,13 @@ async def run_bench(
     stop_at = [time.monotonic() + warmup + duration + 3600.0]
     conns: list[BenchConn] = []
     for host, port in chosen:
-        _, proto = await loop.create_connection(
-            lambda: BenchConn(stats, payload, window, stop_at), host, port
-        )
+        _, proto = await loop.create_connection(lambda: BenchConn(stats, payload, window, stop_at), host, port)
         conns.append(proto)
     if warmup > 0:
         await asyncio.sleep(warmup)
     pids = server_pids or []
     cpu0 = {pid: _cpu_seconds(pid) for pid in [os.getpid(), *pids]}
+    box0 = _box_busy_seconds()
     stats.measuring = True
     t0 = time.monotonic()
     stop_at[0] = t0 + duration
@@ -209,13 +219,16 @@ async def run_bench(
             last_ops, last_t = stats.ops, now
             p99 = stats.hist.get_value_at_percentile(99) / 1000 if stats.ops else 0.0
             print(
-                f"bench: {now - t0:5.1f}s  {rate:9.0f} ops/s  total {stats.ops}  p99 {p99:.2f} ms  errors {stats.errors}",
+                f"bench: {now - t0:5.1f}s  {rate:9.0f} ops/s  total {stats.ops}  "
+                f"p99 {p99:.2f} ms  errors {stats.errors}",
                 file=sys.stderr,
                 flush=True,
             )
     stats.measuring = False
     elapsed = time.monotonic() - t0
     cpu1 = {pid: _cpu_seconds(pid) for pid in cpu0}
+    box1 = _box_busy_seconds()
+    ours = sum(cpu1[pid] - cpu0[pid] for pid in cpu0)
     for c in conns:
         c.done = True
     await asyncio.sleep(0)
@@ -248,6 +261,9 @@ async def run_bench(
             ("client" if pid == os.getpid() else f"server_pid_{pid}"): round(100 * (cpu1[pid] - cpu0[pid]) / elapsed, 1)
             for pid in cpu0
         },
+        # CPU used by everything else on the box during the window (% of one
+        # core): above ~10 the run shared the machine and its numbers are low.
+        "other_cpu_pct": round(100 * max(0.0, (box1 - box0) - ours) / elapsed, 1) if pids else None,
     }
 
 
@@ -262,7 +278,15 @@ def main(argv: list[str]) -> int:
     p.add_argument("--payload", type=int, default=1024, help="payload bytes")
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds")
     p.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
-    p.add_argument("--target", choices=("spread", "leader"), default="spread", help="client i on server i mod n, or all on the leader")
+    p.add_argument(
+        "--target",
+        choices=("spread", "leader"),
+        default="spread",
+        help="client i on server i mod n, or all on the leader",
+    )
+    p.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="with --spawn: a server config field"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -289,10 +313,16 @@ def main(argv: list[str]) -> int:
             progress=not args.no_progress,
         )
         if args.servers:
-            return await run_bench(args.servers.split(","), **kw)  # type: ignore[arg-type]
+            return await run_bench(args.servers.split(","), **kw)
         from zabd.client.spawn import LocalCluster
 
-        cluster = LocalCluster(args.spawn, storage=args.storage, fsync=not args.no_fsync, log_level="warning")
+        extra: dict[str, Any] = {}
+        for item in args.set:
+            key, _, value = item.partition("=")
+            extra[key] = int(value) if value.isdigit() else value
+        cluster = LocalCluster(
+            args.spawn, storage=args.storage, fsync=not args.no_fsync, log_level="warning", extra=extra
+        )
         try:
             cluster.start()
             try:
@@ -302,7 +332,7 @@ def main(argv: list[str]) -> int:
                 why = cluster.log_text(dead[0]).strip().splitlines()[-1:] if dead else ["no leader elected"]
                 raise RuntimeError(f"the spawned cluster did not come up: {why[0] if why else '?'}") from None
             pids = [proc.pid for proc in cluster.procs.values()]
-            return await run_bench(cluster.servers, server_pids=pids, **kw)  # type: ignore[arg-type]
+            return await run_bench(cluster.servers, server_pids=pids, **kw)
         finally:
             cluster.stop()
 

@@ -256,6 +256,8 @@ class Replica:
                 last_committed=state.last_committed,
             )
         self._applied = 0  # highest zxid delivered to the state machine / clients
+        self._applied_idx = 0  # its position in _applied_list
+        self._applied_list: list[Txn] = []
         self._role = (0, 0, 0, 0)  # role, leader, epoch, phase as last announced and executed
         self._started = time.monotonic()
 
@@ -271,6 +273,8 @@ class Replica:
         self._flush_wanted: asyncio.Event | None = None
         # client proposals
         self._pending: deque[_Pending] = deque()  # leader: waiting for CommitTo, zxid order
+        self._admit: deque[tuple[bytes, ClientConn | int, Slot | int, int]] = deque()  # leader: not yet proposed
+        self.max_inflight = config.max_inflight
         self._fwd_next = 0
         self._fwd: dict[int, tuple[ClientConn, Slot, int]] = {}  # follower: forwarded, unanswered
         self._fwd_done: deque[tuple[int, ClientConn, Slot, int]] = deque()  # committed at leader, not yet here
@@ -605,9 +609,18 @@ class Replica:
         if z <= applied:
             return
         history = self.node.history
-        i = bisect_right(history, applied, key=_zxid_key)
-        j = bisect_right(history, z, key=_zxid_key)
+        # The history list only grows until a NewLeader replaces it: keep the
+        # applied position instead of a bisect (with a Python key) per commit.
+        i = self._applied_idx
+        if history is not self._applied_list or i > len(history) or (i and history[i - 1].zxid != applied):
+            i = bisect_right(history, applied, key=_zxid_key)
+            self._applied_list = history
+        j = i
+        n = len(history)
+        while j < n and history[j].zxid <= z:
+            j += 1
         new = history[i:j]
+        self._applied_idx = j
         self._applied = z
         sm = self.state_machine
         if type(sm) is not NullStateMachine:
@@ -620,6 +633,8 @@ class Replica:
                 self._send_extra(target, _frame((wire.TAG_FORWARD_OK, slot, pz)))
             else:
                 target.complete(slot, {"v": 1, "id": rid, "ok": True, "zxid": pz})  # type: ignore[union-attr, arg-type]
+        if self._admit:
+            self._drain_admit()
         done = self._fwd_done
         while done and done[0][0] <= z:
             pz, conn, fslot, rid = done.popleft()
@@ -649,10 +664,12 @@ class Replica:
         pending = self._pending
         self._pending = deque()
         for _, target, slot, rid in pending:
-            if type(target) is int:
-                self._send_extra(target, _frame((wire.TAG_FORWARD_ERR, slot, code, message)))
-            else:
-                target.complete(slot, schema.error_body(rid, code, message))  # type: ignore[union-attr, arg-type]
+            self._refuse(target, slot, rid, code, message)
+        # queued in front of the core, never proposed: safe to retry
+        admit = self._admit
+        self._admit = deque()
+        for _, target, slot, rid in admit:
+            self._refuse(target, slot, rid, schema.NO_LEADER, "leadership lost before this was proposed; retry")
 
     def _fail_forwards(self, message: str) -> None:
         fwd = self._fwd
@@ -739,12 +756,7 @@ class Replica:
             return
         node = self.node
         if node.role == LEADING:
-            try:
-                z = node.propose(payload, self.now())
-            except NotLeader:
-                conn.complete(slot, schema.error_body(rid, schema.NO_LEADER, "the leader is not synced yet; retry"))
-                return
-            self._pending.append((z, conn, slot, rid))
+            self._leader_propose(payload, conn, slot, rid)
             return
         leader = node.leader
         if node.role == FOLLOWING and leader in self._conns:
@@ -756,15 +768,37 @@ class Replica:
         conn.complete(slot, schema.error_body(rid, schema.NO_LEADER, "no leader at the moment; retry", leader))
 
     def _on_forward(self, peer: int, fid: int, payload: bytes) -> None:
-        node = self.node
-        try:
-            z = node.propose(payload, self.now())
-        except NotLeader:
-            self._send_extra(
-                peer, _frame((wire.TAG_FORWARD_ERR, fid, schema.NO_LEADER, "the leader is not ready; retry"))
-            )
+        self._leader_propose(payload, peer, fid, 0)
+
+    def _leader_propose(self, payload: bytes, target: ClientConn | int, slot: Slot | int, rid: int) -> None:
+        if self._admit or len(self._pending) >= self.max_inflight:
+            self._admit.append((payload, target, slot, rid))
             return
-        self._pending.append((z, peer, fid, 0))
+        self._do_propose(payload, target, slot, rid)
+
+    def _do_propose(self, payload: bytes, target: ClientConn | int, slot: Slot | int, rid: int) -> None:
+        try:
+            z = self.node.propose(payload, self.now())
+        except NotLeader:
+            self._refuse(target, slot, rid, schema.NO_LEADER, "the leader is not ready; retry")
+            return
+        self._pending.append((z, target, slot, rid))
+
+    def _refuse(self, target: ClientConn | int, slot: Slot | int, rid: int, code: str, message: str) -> None:
+        if type(target) is int:
+            self._send_extra(target, _frame((wire.TAG_FORWARD_ERR, slot, code, message)))
+        else:
+            target.complete(slot, schema.error_body(rid, code, message))  # type: ignore[union-attr, arg-type]
+
+    def _drain_admit(self) -> None:
+        admit = self._admit
+        if not admit:
+            return
+        room = self.max_inflight - len(self._pending)
+        while admit and room > 0:
+            self._do_propose(*admit.popleft())
+            room -= 1
+        self._kick()
 
     def _on_forward_ok(self, fid: int, z: int) -> None:
         entry = self._fwd.pop(fid, None)

@@ -123,11 +123,16 @@ def _node(x: Any) -> bool:
     return type(x) is int and 0 <= x <= NODE_MAX
 
 
+# tuple.__new__ directly: a NamedTuple's own __new__ is a Python-level lambda,
+# measurably slow at one call per frame.
+_tnew = tuple.__new__
+
+
 def _txn(x: Any) -> Txn:
     if type(x) is tuple and len(x) == 2:
         z, p = x
         if type(z) is int and 0 < z <= U64 and type(p) is bytes:
-            return Txn(z, p)
+            return _tnew(Txn, x)
     raise FrameError(f"bad txn {_short(x)}")
 
 
@@ -146,13 +151,13 @@ def decode_message(body: Any) -> Message:
     n = len(body)
     if tag == 7:  # Ack: the most frequent frame first
         if n == 2 and _u64(body[1]):
-            return Ack(body[1])
+            return _tnew(Ack, body[1:])
     elif tag == 8:
         if n == 2 and _u64(body[1]):
-            return Commit(body[1])
+            return _tnew(Commit, body[1:])
     elif tag == 6:
         if n == 2:
-            return Propose(_txn(body[1]))
+            return _tnew(Propose, (_txn(body[1]),))
     elif tag == 0:
         if n == 4 and _u32(body[1]) and _u64(body[2]) and _u32(body[3]):
             return LookForLeader(body[1], body[2], body[3])
