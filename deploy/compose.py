@@ -1,0 +1,24 @@
+#!/usr/bin/env python3
+"""Regenerate the compose files: docker-compose.yml (3 nodes, repo root) and
+deploy/docker-compose.{5,7}.yml. Same as `zabd compose --nodes N -o FILE`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from zabd.server.compose import main
+
+if __name__ == "__main__":
+    root = Path(__file__).resolve().parent.parent
+    if len(sys.argv) > 1:
+        raise SystemExit(main(sys.argv[1:]))
+    for n, path in (
+        (3, root / "docker-compose.yml"),
+        (5, root / "deploy/docker-compose.5.yml"),
+        (7, root / "deploy/docker-compose.7.yml"),
+    ):
+        main(["--nodes", str(n), "-o", str(path)])
+        print(f"wrote {path}")

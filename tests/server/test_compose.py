@@ -1,0 +1,73 @@
+"""The compose files: every service's environment is a valid server config,
+and the services agree with each other (ids, peer lists, ports, volumes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zabd.server.compose import CLIENT_PORT, PEER_PORT, render, services
+from zabd.server.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = {
+    3: ROOT / "docker-compose.yml",
+    5: ROOT / "deploy/docker-compose.5.yml",
+    7: ROOT / "deploy/docker-compose.7.yml",
+}
+
+
+def _load(n: int) -> dict[str, Any]:
+    text = FILES[n].read_text()
+    assert text == render(n), f"{FILES[n]} is stale: run python3 deploy/compose.py"
+    try:
+        import yaml
+    except ImportError:  # the generator's data is what the file was rendered from
+        return services(n)
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc
+
+
+@pytest.mark.parametrize("n", [3, 5, 7])
+def test_compose_services_match_the_config_model(n: int) -> None:
+    doc = _load(n)
+    svcs = doc["services"]
+    assert sorted(svcs) == sorted(f"zabd{i}" for i in range(1, n + 1))
+    configs = {}
+    for name, svc in svcs.items():
+        env = svc["environment"]
+        assert all(isinstance(v, str) for v in env.values()), "compose environment values must be strings"
+        cfg = load_config(None, env)
+        configs[name] = cfg
+        assert name == f"zabd{cfg.id}" and svc["hostname"] == name
+        # its own peer entry is its own hostname on the peer port
+        assert cfg.peer_addr(cfg.id) == (name, PEER_PORT)
+        assert cfg.client_addr[1] == CLIENT_PORT
+        volume = svc["volumes"][0].split(":")
+        assert volume[1] == cfg.data_dir and volume[0] in doc["volumes"]
+    ids = sorted(c.id for c in configs.values())
+    assert ids == list(range(1, n + 1))
+    peer_maps = {tuple(sorted(c.peers.items())) for c in configs.values()}
+    assert len(peer_maps) == 1, "services disagree on the peer list"
+    for node_id, addr in configs["zabd1"].peers.items():
+        host, port = addr.rsplit(":", 1)
+        assert host in svcs and int(port) == PEER_PORT and svcs[host]["environment"]["ZABD_ID"] == str(node_id)
+    published = [p.split(":")[0] for svc in svcs.values() for p in svc["ports"]]
+    assert len(set(published)) == len(published) == n
+    volumes = [svc["volumes"][0].split(":")[0] for svc in svcs.values()]
+    assert len(set(volumes)) == n
+
+
+def test_dockerfile_runs_serve() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["zabd"]' in text and 'CMD ["serve"]' in text and "VOLUME" in text
+
+
+def test_compose_command_writes_n_nodes(tmp_path: Path) -> None:
+    from zabd.cli import main
+
+    out = tmp_path / "c.yml"
+    assert main(["compose", "--nodes", "5", "-o", str(out)]) == 0
+    assert out.read_text() == render(5)
