@@ -327,10 +327,8 @@ def main(argv: list[str]) -> int:
             cluster.start()
             try:
                 await cluster.wait_leader(timeout=30)
-            except TimeoutError:
-                dead = [i for i in cluster.procs if not cluster.alive(i)]
-                why = cluster.log_text(dead[0]).strip().splitlines()[-1:] if dead else ["no leader elected"]
-                raise RuntimeError(f"the spawned cluster did not come up: {why[0] if why else '?'}") from None
+            except (TimeoutError, RuntimeError) as exc:
+                raise RuntimeError(f"the spawned cluster did not come up: {exc}") from None
             pids = [proc.pid for proc in cluster.procs.values()]
             return await run_bench(cluster.servers, server_pids=pids, **kw)
         finally:

@@ -191,6 +191,10 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         last: dict[int, dict[str, Any] | None] = {}
         while time.monotonic() < deadline:
+            dead = [i for i in ids if not self.alive(i)]
+            if dead:
+                tail = self.log_text(dead[0]).strip().splitlines()[-1:] or ["(no output)"]
+                raise RuntimeError(f"node {dead[0]} exited: {tail[0]}")
             last = await self.statuses(ids)
             leaders = {st["leader"] if st else -1 for st in last.values()}
             if len(leaders) == 1:

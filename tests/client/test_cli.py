@@ -1,0 +1,113 @@
+"""The client commands and the load generator, against real server processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from zabd.client.spawn import LocalCluster
+
+
+def zabd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "zabd", *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    import asyncio
+
+    c = LocalCluster(3)
+    try:
+        c.start()
+        asyncio.run(c.wait_leader())
+        yield c
+    finally:
+        c.stop()
+
+
+def test_propose_status_log_json(cluster: LocalCluster) -> None:
+    servers = ",".join(cluster.servers)
+    r = zabd("propose", "--servers", cluster.client_addr(2), "--json", "alpha", "beta")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 2 and rows[0]["zxid"] < rows[1]["zxid"]
+
+    r = zabd("status", "--servers", servers, "--json")
+    assert r.returncode == 0, r.stderr
+    sts = [json.loads(line) for line in r.stdout.splitlines()]
+    assert sorted(s["id"] for s in sts) == [1, 2, 3]
+    assert sum(s["role"] == "leading" for s in sts) == 1
+    assert len({s["leader"] for s in sts}) == 1
+
+    r = zabd("log", "--servers", cluster.client_addr(3), "--json")
+    assert r.returncode == 0, r.stderr
+    log = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [e["payload"] for e in log][-2:] == ["alpha", "beta"]
+    assert [e["zxid"] for e in log][-2:] == [rows[0]["zxid"], rows[1]["zxid"]]
+
+    r = zabd("log", "--servers", cluster.client_addr(1), "--from", log[-1]["zxid_str"])
+    assert r.returncode == 0 and r.stdout.strip().endswith("beta")
+
+
+def test_human_output_and_errors(cluster: LocalCluster) -> None:
+    r = zabd("status", "--servers", cluster.client_addr(1))
+    assert r.returncode == 0 and "node 1" in r.stdout
+    r = zabd("status", "--servers", "127.0.0.1:1")
+    assert r.returncode == 1 and "unreachable" in r.stdout
+    r = zabd("propose", "--servers", "nonsense", "x")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    r = zabd("log", "--servers", cluster.client_addr(1), "--from", "x:y")
+    assert r.returncode == 2 and "--from" in r.stderr
+
+
+def test_log_dump_dispatches_to_storage_tools(tmp_path: object) -> None:
+    r = zabd("log", "verify", str(tmp_path))
+    import importlib.util
+
+    if importlib.util.find_spec("zabd.storage.tools") is None:
+        assert r.returncode == 2 and "not available" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    else:
+        assert "Traceback" not in r.stderr
+
+
+def test_bench_spawn_json() -> None:
+    r = zabd(
+        "bench",
+        "--spawn",
+        "3",
+        "--clients",
+        "2",
+        "--window",
+        "8",
+        "--payload",
+        "64",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.5",
+        "--json",
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("ops", "ops_per_s", "p50_ms", "p99_ms", "p999_ms", "errors", "nodes", "payload", "storage", "fsync"):
+        assert key in out
+    assert out["ops"] > 0 and out["nodes"] == 3 and out["payload"] == 64 and out["storage"] == "memory"
+    assert out["p50_ms"] <= out["p99_ms"] <= out["p999_ms"]
+    assert "ops/s" in r.stderr  # the progress line
+
+
+def test_bench_spawn_disk_unavailable_is_one_line_or_runs() -> None:
+    r = zabd("bench", "--spawn", "1", "--storage", "disk", "--duration", "0.5", "--warmup", "0", "--json", timeout=120)
+    if r.returncode == 0:  # the disk backend has been wired in
+        assert json.loads(r.stdout)["storage"] == "disk"
+    else:
+        assert "storage" in r.stderr and "Traceback" not in r.stderr
