@@ -55,7 +55,7 @@ class ServerConfig(BaseModel):
     max_link_buffer: int = Field(default=256 * 1024 * 1024, ge=1024)
     # Proposals the leader keeps uncommitted at once; more wait in a queue in
     # front of the core (the core's commit step scans its pending acks).
-    max_inflight: int = Field(default=1024, ge=1, le=1_000_000)
+    max_inflight: int = Field(default=256, ge=1, le=1_000_000)
     connect_grace_ms: int = Field(default=1000, ge=0, le=60_000)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
