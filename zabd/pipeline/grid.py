@@ -15,6 +15,7 @@ it reports violations.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import tomllib
@@ -42,6 +43,14 @@ class Cell:
     faults_per_run: int
 
 
+@functools.lru_cache(maxsize=64)
+def _cells(
+    nodes: tuple[int, ...], rounds: tuple[int, ...], proposals: tuple[int, ...], faults: tuple[int, ...]
+) -> tuple[Cell, ...]:
+    # cached: every scenario index looks its cell up
+    return tuple(Cell(n, r, k, f) for n, r, k, f in itertools.product(nodes, rounds, proposals, faults))
+
+
 @dataclass(frozen=True, slots=True)
 class Grid:
     scenarios: int
@@ -53,11 +62,8 @@ class Grid:
     canaries: tuple[str, ...] = ()
 
     @property
-    def cells(self) -> list[Cell]:
-        return [
-            Cell(n, r, k, f)
-            for n, r, k, f in itertools.product(self.nodes, self.rounds, self.proposals, self.faults_per_run)
-        ]
+    def cells(self) -> tuple[Cell, ...]:
+        return _cells(self.nodes, self.rounds, self.proposals, self.faults_per_run)
 
     @property
     def total(self) -> int:
