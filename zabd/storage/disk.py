@@ -378,6 +378,8 @@ class DiskStorage:
             return
         try:
             gen = self._submit_pending()
+            if self._commit != self._commit_written and self._error is None:
+                gen = self._submit([])  # record the latest commit point on a clean stop
             self._wait_gen(gen, None)
         finally:
             self._closed = True
@@ -433,8 +435,8 @@ class DiskStorage:
         assert plog is not None
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue) or self._stop)
-                if not self._queue and self._stop:
+                self._cond.wait_for(lambda: self._submitted > self._done or self._stop)
+                if self._submitted == self._done and self._stop:
                     return
                 ops = self._queue
                 self._queue = []

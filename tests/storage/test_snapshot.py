@@ -1,0 +1,123 @@
+"""Snapshots in the background, log replay after them, purge; the tools."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.storage.helpers import flip_byte, run, segments
+from zabd.kv import Cas, KVLeader, KVStore, Put
+from zabd.protocol.messages import Txn
+from zabd.storage.disk import DiskStorage
+from zabd.storage.snapshot import SNAP_HEADER_SIZE, Snapshotter, list_snapshots, read_snapshot, write_snapshot
+from zabd.storage.tools import dump_main, verify, verify_main
+from zabd.storage.txnlog import LogCorruption
+
+SMALL = {"segment_bytes": 4096, "prealloc_bytes": 4096}
+
+
+def run_workload(d: str, n: int) -> tuple[KVStore, Snapshotter, list[Txn]]:
+    s = DiskStorage(d, **SMALL)  # type: ignore[arg-type]
+    s.load()
+    store = KVStore()
+    leader = KVLeader(store)
+    snapper = Snapshotter(s, store, snap_count=80, retain=2, seed=5)
+    log: list[Txn] = []
+    for i in range(n):
+        key = f"k{i % 37}"
+        req = Put(key, b"v%d" % i) if i % 3 else Cas(key, leader.version(key), b"c%d" % i)
+        payload = leader.prepare(req)
+        txn = Txn((1 << 32) | (i + 1), payload)
+        leader.proposed(txn.zxid, payload)
+        s.append(txn)
+        log.append(txn)
+        if i % 5 == 4:
+            s.flush_sync()
+            s.commit_to(txn.zxid)
+            while len(log) > (store.applied & 0xFFFFFFFF):
+                t = log[store.applied & 0xFFFFFFFF]
+                store.apply(t)
+                leader.committed(t.zxid)
+                snapper.applied(t.zxid)
+    snapper.wait(30)
+    s.close()
+    return store, snapper, log
+
+
+def recover(d: str) -> tuple[KVStore, int, int]:
+    s = DiskStorage(d, **SMALL)  # type: ignore[arg-type]
+    st = s.load()
+    s.close()
+    store = KVStore()
+    if st.snapshot is not None:
+        store.restore(st.snapshot)
+    for t in st.history:
+        if st.snapshot_zxid < t.zxid <= st.last_committed:
+            store.apply(t)
+    return store, st.snapshot_zxid, st.log_base
+
+
+def test_snapshot_plus_log_equals_all_txns_and_purges(tmp_path: object) -> None:
+    d = str(tmp_path)
+    store, snapper, log = run_workload(d, 1500)
+    assert snapper.stats.taken >= 5
+    assert len(list_snapshots(os.path.join(d, "snap"))) <= 2
+    assert snapper.stats.segments_purged > 0
+    recovered, snap_zxid, log_base = recover(d)
+    assert snap_zxid > 0 and 0 < log_base <= snap_zxid
+    reference = KVStore()
+    for t in log:
+        reference.apply(t)
+    assert recovered.data == reference.data == store.data
+    problems, _ = verify(d)
+    assert problems == []
+
+
+def test_flipped_byte_in_snapshot_is_refused(tmp_path: object) -> None:
+    d = str(tmp_path)
+    s = DiskStorage(d)
+    s.load()
+    for t in run(1, 1, 10):
+        s.append(t)
+    s.flush_sync()
+    path = s.write_snapshot(1 << 32 | 10, os.urandom(200_000))
+    s.close()
+    flip_byte(path, SNAP_HEADER_SIZE + 70_000)  # in data block 1
+    with pytest.raises(LogCorruption) as ei:
+        DiskStorage(d).load()
+    assert ei.value.path == path and ei.value.offset == SNAP_HEADER_SIZE + 65536
+    assert "block 1" in str(ei.value)
+    problems, _ = verify(d)
+    assert len(problems) == 1 and path in problems[0] and f"offset {SNAP_HEADER_SIZE + 65536}" in problems[0]
+
+
+def test_snapshot_round_trip_and_truncated_file(tmp_path: object) -> None:
+    d = str(tmp_path)
+    data = os.urandom(150_000)
+    path = write_snapshot(d, 42, data)
+    snap = read_snapshot(path)
+    assert (snap.zxid, snap.data, snap.received) == (42, data, False)
+    os.truncate(path, os.path.getsize(path) - 1)
+    with pytest.raises(LogCorruption, match="expected"):
+        read_snapshot(path)
+
+
+def test_verify_and_dump_report_damage_by_file_and_offset(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(tmp_path)
+    s = DiskStorage(d, **SMALL)  # type: ignore[arg-type]
+    s.load()
+    for t in run(1, 1, 300, b"payload-bytes"):
+        s.append(t)
+    s.close()
+    assert verify_main([d]) == 0
+    assert dump_main([d]) == 0
+    out = capsys.readouterr().out
+    assert "zxid=1:300" in out and "checksum=ok" in out
+    seg = segments(d)[1]
+    flip_byte(seg, 32 + 20)  # inside the first record of segment 2
+    assert verify_main([d]) == 1
+    out = capsys.readouterr().out
+    assert f"{seg}: offset 32: corrupt: checksum mismatch" in out
+    assert dump_main([d]) == 1
+    assert "checksum=BAD" in capsys.readouterr().out
