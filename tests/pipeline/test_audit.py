@@ -128,3 +128,21 @@ def test_damaged_record_and_gap_are_flagged(spark: Any, agreeing: list[Path], tm
     gaps = [p.detail for p in report.problems if p.kind == "gap"]
     assert len(gaps) == 1 and gaps[0].startswith("node 3: the log starts at 1:") and "no snapshot" in gaps[0]
     assert report.problem_counts.get("missing-committed", 0) > 0
+
+
+def test_an_executor_failure_is_one_line_exit_1(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # an epoch above 2^31-1 does not fit the audit's signed 64-bit zxid column: the
+    # executor raises, and the CLI reports the executor's error, not a Py4J page
+    s = DiskStorage(str(tmp_path / "n1"))
+    s.load()
+    s.persist_epochs(2**31, 1, 2**31)
+    s.append(Txn(zx.make(2**31, 1), b"x"))
+    s.flush_sync(30)
+    s.close()
+    rc = pipeline_main(["audit", str(tmp_path / "n1")])
+    captured = capsys.readouterr()
+    assert rc == 1
+    assert captured.err.splitlines() == [
+        f"zabd pipeline audit: failed: ValueError: {tmp_path / 'n1' / 'log' / '00000001.log'}: offset 32: "
+        "zxid 0x8000000000000001 has an epoch above 2^31-1"
+    ]

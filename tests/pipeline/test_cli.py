@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["audit"], "expected one or more data directories"),
         (["audit", "/nonexistent-dir"], "'/nonexistent-dir' does not exist"),
         (["handmade", "nope"], "expected one NAME of lost-commit"),
+        (["audit", "/"], "'/' is not a zabd data directory"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

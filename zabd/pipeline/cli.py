@@ -152,7 +152,7 @@ def run_sweep_cli(
 ) -> int:
     from zabd.pipeline.grid import Grid
     from zabd.pipeline.report import format_table
-    from zabd.pipeline.session import get_session
+    from zabd.pipeline.session import describe_error, get_session
     from zabd.pipeline.sweep import sweep
 
     assert isinstance(grid, Grid)
@@ -160,8 +160,7 @@ def run_sweep_cli(
         spark = get_session(master)
         report = sweep(spark, grid, out, task_size=task_size, progress=progress, plots=plots)
     except Exception as exc:  # a Spark/JVM failure: one line, not a Py4J page
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"zabd pipeline sweep: failed: {type(exc).__name__}: {first[:500]}", file=sys.stderr)
+        print(f"zabd pipeline sweep: failed: {describe_error(exc)}", file=sys.stderr)
         return 1
     print(format_table(report.cells))
     rate = report.scenarios / report.seconds if report.seconds > 0 else 0.0
@@ -198,6 +197,8 @@ def audit_main(argv: list[str]) -> int:
         for d in p.positional:
             if not os.path.isdir(d):
                 raise UsageError(f"data directory {d!r} does not exist or is not a directory")
+            if not any(os.path.exists(os.path.join(d, part)) for part in ("log", "snap", "epochs")):
+                raise UsageError(f"{d!r} is not a zabd data directory (expected log/, snap/ or epochs in it)")
         if len(set(map(os.path.realpath, p.positional))) != len(p.positional):
             raise UsageError("a data directory is listed twice")
     except UsageError as exc:
@@ -208,14 +209,13 @@ def audit_main(argv: list[str]) -> int:
         print(f"zabd pipeline audit: {why}", file=sys.stderr)
         return 2
     from zabd.pipeline.audit import audit, format_audit
-    from zabd.pipeline.session import get_session
+    from zabd.pipeline.session import describe_error, get_session
 
     try:
         spark = get_session(p.values.get("master"))
         report = audit(spark, p.positional, out_dir=p.values.get("out"))
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"zabd pipeline audit: failed: {type(exc).__name__}: {first[:500]}", file=sys.stderr)
+    except Exception as exc:  # a Spark/JVM failure or an unreadable directory: one line
+        print(f"zabd pipeline audit: failed: {describe_error(exc)}", file=sys.stderr)
         return 1
     print(format_audit(report))
     if not report.ok:

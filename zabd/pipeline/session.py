@@ -9,7 +9,9 @@ already have it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -46,7 +48,7 @@ def get_session(master: str | None = None, app_name: str = "zabd-pipeline", quie
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         builder = builder.config("spark.ui.enabled", "false")
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
+    spark.sparkContext.setLogLevel("FATAL" if quiet else "WARN")
     parallelism = spark.sparkContext.defaultParallelism
     # The only shuffles are small group-bys over the Parquet output.
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, min(parallelism, 64))))
@@ -56,7 +58,7 @@ def get_session(master: str | None = None, app_name: str = "zabd-pipeline", quie
 
 
 _LOG4J = """\
-rootLogger.level = error
+rootLogger.level = fatal
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
@@ -67,8 +69,12 @@ appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 
 
 def _log4j_file() -> str:
-    """Errors only from the JVM's first line on (setLogLevel comes too late for start-up chatter)."""
-    path = os.path.join(tempfile.gettempdir(), f"zabd-log4j2-{os.getuid()}.properties")
+    """JVM logging off from its first line on (setLogLevel comes too late for start-up chatter).
+
+    Fatal only: a failed job surfaces as one Python exception, which the CLI turns
+    into one line (:func:`describe_error`); the JVM's own stack traces would bury it.
+    """
+    path = os.path.join(tempfile.gettempdir(), f"zabd-log4j2-fatal-{os.getuid()}.properties")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as fh:
@@ -88,6 +94,26 @@ def ship_code(spark: Any) -> None:
         for file in sorted(root.rglob("*.py")):
             zf.write(file, str(file.relative_to(root.parent)))
     spark.sparkContext.addPyFile(path)
+
+
+_CAUSE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception)\b[^:]*: .+")
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a failed Spark call: the innermost ``SomethingError: message``.
+
+    A Py4J error's text is a Java stack trace that may embed an executor's
+    Python traceback; its last ``...Error: message`` line is the cause.
+    """
+    text = str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        with contextlib.suppress(Exception):  # the gateway may be gone already
+            text = str(java.toString()) + "\n" + text
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    causes = [line for line in lines if _CAUSE.match(line) and not line.startswith("py4j.")]
+    line = causes[-1] if causes else (lines[0] if lines else type(exc).__name__)
+    return line[:500]
 
 
 class Progress:
