@@ -47,8 +47,10 @@ class LocalCluster:
         tick_ms: int = 10,
         extra: dict[str, Any] | None = None,
         log_level: str = "info",
+        seed: int = 1,
     ) -> None:
         self.n = n
+        self.seed = seed
         self.storage = storage
         self.fsync = fsync
         self.tick_ms = tick_ms
@@ -80,7 +82,10 @@ class LocalCluster:
                 f'client = "{self.client_addr(i)}"',
                 f'data_dir = "{self.base / f"data{i}"}"',
                 f"tick_ms = {self.tick_ms}",
-                f"seed = {1000 + i}",
+                # one seed for the whole cluster, as in the simulator: the
+                # jitter is mix(seed ^ id ^ t), so per-node seeds like base+id
+                # can cancel the id and give two nodes the same deadlines
+                f"seed = {self.seed}",
                 f'storage = "{self.storage}"',
                 f"fsync = {'true' if self.fsync else 'false'}",
                 f'log_level = "{self.log_level}"',

@@ -36,7 +36,8 @@ def services(n: int, *, storage: str = "memory", image: str = "zabd:latest", tic
                 "ZABD_DATA_DIR": "/data",
                 "ZABD_STORAGE": storage,
                 "ZABD_TICK_MS": str(tick_ms),
-                "ZABD_SEED": str(i),
+                # the same on every node (the core mixes in the id itself)
+                "ZABD_SEED": "1",
             },
             "ports": [f"{HOST_CLIENT_BASE + i}:{CLIENT_PORT}"],
             "volumes": [f"zabd{i}-data:/data"],

@@ -46,6 +46,8 @@ class ServerConfig(BaseModel):
     client: str = Field(description="client service host:port")
     data_dir: str = "data"
     tick_ms: int = Field(default=10, ge=1, le=10_000)
+    # Election jitter is mix(seed ^ id ^ t): use one seed for the whole
+    # cluster (per-node seeds such as base + id can cancel the id).
     seed: int = Field(default=0, ge=0, le=2**64 - 1)
     storage: Literal["memory", "disk"] = "memory"
     fsync: bool = True
