@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import threading
@@ -140,7 +141,15 @@ class DiskStorage:
         epochs = read_epochs(self.epoch_path) or Epochs(0, 0, 0)
         snaps = list_snapshots(self.snap_dir)
         snap = read_snapshot(snaps[-1][1]) if snaps else None
-        rec = recover_log(self.log_dir)
+        # 1M new tuples would trigger many cyclic-GC passes over a growing
+        # heap; they hold no cycles, so collection is paused for the scan.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            rec = recover_log(self.log_dir)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         self.warnings.extend(rec.warnings)
         history = rec.history
         base = rec.base_zxid
@@ -197,7 +206,10 @@ class DiskStorage:
             i = bisect_right(_ZxidView(history), commit)
             commit = history[i - 1].zxid if i > 0 else base
         last_committed = max(commit, snap_zxid)
-        self._zxids = array("Q", (t.zxid for t in history))
+        zxids: array[int] = array("Q")
+        for seg in segments:  # already built by the scan: no pass over 1M Txns
+            zxids.extend(seg.zxids)
+        self._zxids = zxids
         self._base = base
         self._commit = last_committed
         self._durable_zxid = last
