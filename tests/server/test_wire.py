@@ -111,3 +111,14 @@ def test_fast_propose_accepts_exactly_what_the_model_accepts(body: dict[str, obj
         model = None
     if body.keys() == {"v", "type", "id", "payload"} or fast is not None:
         assert fast == model
+
+
+def test_hand_encoded_frames_match_msgpack() -> None:
+    import msgpack
+
+    for z in (0, 1, 2**32 + 5, 2**64 - 1):
+        assert msgpack.unpackb(wire.encode_message(Ack(z))[4:]) == [7, z]
+        assert msgpack.unpackb(wire.encode_message(Commit(z))[4:]) == [8, z]
+        body = msgpack.unpackb(wire.ok_zxid_frame(12345, z)[4:])
+        assert body == {"v": 1, "id": 12345, "ok": True, "zxid": z}
+        assert schema.ProposeResult.model_validate(body).zxid == z

@@ -46,7 +46,7 @@ from zabd.server import wire
 from zabd.server.config import ServerConfig
 from zabd.server.state_machine import NullStateMachine, StateMachine
 from zabd.server.zlog import get_logger, set_context
-from zabd.storage.base import Storage
+from zabd.storage.base import MemoryStorage, Storage
 
 PHASE_NAMES = ("none", "sync", "broadcast")
 MAX_OUTSTANDING = 4096  # per client connection; reading pauses beyond it
@@ -212,15 +212,18 @@ class ClientConn(_Conn):
         return slot
 
     def complete(self, slot: Slot, body: dict[str, Any]) -> None:
+        self.complete_frame(slot, _frame(body))
+
+    def complete_frame(self, slot: Slot, data: bytes) -> None:
         if self.closed:
             return
-        slot.data = _frame(body)
+        slot.data = data
         slots = self.slots
         if slots and slots[0] is slot:
             while slots and slots[0].data is not None:
-                data = slots.popleft().data
-                assert data is not None
-                self.push(data)
+                ready = slots.popleft().data
+                assert ready is not None
+                self.push(ready)
             if self.paused and len(slots) <= MAX_OUTSTANDING // 2 and self.transport is not None:
                 self.paused = False
                 self.transport.resume_reading()
@@ -272,6 +275,7 @@ class Replica:
         self._fseq = 0  # persist effects known durable
         self._held: deque[tuple[int, Effect]] = deque()
         self._flush_wanted: asyncio.Event | None = None
+        self._inline_flush = type(storage) is MemoryStorage
         # client proposals
         self._pending: deque[_Pending] = deque()  # leader: waiting for CommitTo, zxid order
         self._admit: deque[tuple[bytes, ClientConn | int, Slot | int, int]] = deque()  # leader: not yet proposed
@@ -455,8 +459,26 @@ class Replica:
                 held.append((self._wseq, e))
             else:
                 self._execute(e)
-        if self._wseq > self._fseq and self._flush_wanted is not None:
-            self._flush_wanted.set()
+        if self._wseq > self._fseq:
+            if self._inline_flush:
+                self._flush_now()
+            elif self._flush_wanted is not None:
+                self._flush_wanted.set()
+
+    def _flush_now(self) -> None:
+        # MemoryStorage.flush() never suspends: run it to completion here and
+        # release what waited on it, instead of a hop through the flusher task
+        # (one loop iteration and one more write per link per batch).
+        target = self._wseq
+        coro = self.storage.flush()
+        try:
+            coro.send(None)
+        except StopIteration:
+            self._fseq = target
+            self._release()
+            return
+        coro.close()
+        raise RuntimeError("an inline storage flush suspended")
 
     async def _flusher(self) -> None:
         assert self._flush_wanted is not None
@@ -656,13 +678,13 @@ class Replica:
             if type(target) is int:
                 self._send_extra(target, _frame((wire.TAG_FORWARD_OK, slot, pz)))
             else:
-                target.complete(slot, {"v": 1, "id": rid, "ok": True, "zxid": pz})  # type: ignore[union-attr, arg-type]
+                target.complete_frame(slot, wire.ok_zxid_frame(rid, pz))  # type: ignore[union-attr, arg-type]
         if self._admit:
             self._drain_admit()
         done = self._fwd_done
         while done and done[0][0] <= z:
             pz, conn, fslot, rid = done.popleft()
-            conn.complete(fslot, {"v": 1, "id": rid, "ok": True, "zxid": pz})
+            conn.complete_frame(fslot, wire.ok_zxid_frame(rid, pz))
         if self._watchers and new:
             events = [(t.zxid, t.payload) for t in new]
             for w in list(self._watchers):
@@ -704,7 +726,7 @@ class Replica:
         done = self._fwd_done
         self._fwd_done = deque()
         for z, conn, slot, rid in done:
-            conn.complete(slot, {"v": 1, "id": rid, "ok": True, "zxid": z})
+            conn.complete_frame(slot, wire.ok_zxid_frame(rid, z))
 
     def _fail_all(self, code: str, message: str) -> None:
         self._fail_pending(code, message)
@@ -830,7 +852,7 @@ class Replica:
             return
         conn, slot, rid = entry
         if z <= self._applied:
-            conn.complete(slot, {"v": 1, "id": rid, "ok": True, "zxid": z})
+            conn.complete_frame(slot, wire.ok_zxid_frame(rid, z))
         else:
             # Answer once it is committed here too: a client that proposes
             # through this node then reads from it sees its own write.

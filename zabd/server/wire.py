@@ -59,9 +59,29 @@ def frame(obj: Any) -> bytes:
     return _pack_header(len(body)) + body
 
 
+# Ack and Commit are most of the frames: [tag, zxid] with the zxid always as
+# msgpack uint64 (any integer encoding decodes the same).
+_ACK_PREFIX = _pack_header(11) + b"\x92\x07\xcf"
+_COMMIT_PREFIX = _pack_header(11) + b"\x92\x08\xcf"
+
+
 def encode_message(msg: Message) -> bytes:
     """One peer frame for a core message (NamedTuples pack as arrays)."""
-    return frame((TAG_OF[type(msg)], *msg))
+    cls = type(msg)
+    if cls is Ack or cls is Commit:
+        z: int = msg[0]  # type: ignore[assignment]
+        return (_ACK_PREFIX if cls is Ack else _COMMIT_PREFIX) + z.to_bytes(8, "big")
+    return frame((TAG_OF[cls], *msg))
+
+
+_OK_ZXID_A = b"\x84" + _packb("v") + _packb(1) + _packb("id")
+_OK_ZXID_B = _packb("ok") + _packb(True) + _packb("zxid") + b"\xcf"
+
+
+def ok_zxid_frame(rid: int, zxid: int) -> bytes:
+    """The client frame {"v": 1, "id": rid, "ok": true, "zxid": zxid}."""
+    body: bytes = _OK_ZXID_A + _packb(rid) + _OK_ZXID_B + zxid.to_bytes(8, "big")
+    return _pack_header(len(body)) + body
 
 
 class FrameReader:
