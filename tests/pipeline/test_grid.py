@@ -44,6 +44,8 @@ def test_plan_tasks_covers_every_index_once() -> None:
         tasks = plan_tasks(total, par, size)
         covered = [i for t in tasks for i in range(t.lo, t.hi)]
         assert covered == list(range(total))
+        step = tasks[0].hi - tasks[0].lo  # the executors rebuild a task's range from its id alone
+        assert all((t.lo, t.hi) == (t.task_id * step, min(total, (t.task_id + 1) * step)) for t in tasks)
         if size:
             assert max(t.hi - t.lo for t in tasks) == size
     # large grids: thousands of scenarios per task, not one

@@ -209,11 +209,15 @@ def audit_main(argv: list[str]) -> int:
         print(f"zabd pipeline audit: {why}", file=sys.stderr)
         return 2
     from zabd.pipeline.audit import audit, format_audit
-    from zabd.pipeline.session import describe_error, get_session
+    from zabd.pipeline.session import Progress, describe_error, get_session
 
     try:
         spark = get_session(p.values.get("master"))
-        report = audit(spark, p.positional, out_dir=p.values.get("out"))
+        if "quiet" in p.flags:
+            report = audit(spark, p.positional, out_dir=p.values.get("out"))
+        else:
+            with Progress(spark, f"audit of {len(p.positional)} data directories", 0, ""):
+                report = audit(spark, p.positional, out_dir=p.values.get("out"))
     except Exception as exc:  # a Spark/JVM failure or an unreadable directory: one line
         print(f"zabd pipeline audit: failed: {describe_error(exc)}", file=sys.stderr)
         return 1

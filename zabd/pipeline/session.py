@@ -140,10 +140,14 @@ class Progress:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._print(final=True)
+        if exc_type is None:
+            self._print(final=True)
+        elif self.tty:  # leave a clean line for the error message
+            self.out.write("\r\033[K")
+            self.out.flush()
 
     def _counts(self) -> tuple[int, int]:
         done = total = 0
@@ -157,10 +161,15 @@ class Progress:
     def _print(self, final: bool = False) -> None:
         elapsed = time.monotonic() - self._start
         if final:
-            line = f"{self.label}: {self.total_items:,} {self.unit} in {elapsed:.1f} s"
+            what = f"{self.total_items:,} {self.unit}" if self.unit else "done"
+            line = f"{self.label}: {what} in {elapsed:.1f} s"
         else:
             done, total = self._counts()
             if total == 0:
+                return
+            if self.unit == "":  # several different stages: tasks are all one can say
+                line = f"{self.label}: stage tasks {done}/{total}, {elapsed:.0f} s"
+                self._emit(line, final)
                 return
             items = self.total_items * done // total
             rate = items / elapsed if elapsed > 0 else 0.0
@@ -168,6 +177,9 @@ class Progress:
             line = (
                 f"{self.label}: {done}/{total} tasks, ~{items:,}/{self.total_items:,} {self.unit}, {elapsed:.0f} s{eta}"
             )
+        self._emit(line, final)
+
+    def _emit(self, line: str, final: bool) -> None:
         if self.tty:
             self.out.write("\r\033[K" + line + ("\n" if final else ""))
         else:

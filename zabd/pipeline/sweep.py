@@ -41,13 +41,15 @@ class SweepReport:
         return self.failures == 0
 
 
-def _task_mapper(grid: Grid, tasks: list[Task]) -> Any:
-    by_id = {t.task_id: t for t in tasks}
+def _task_mapper(grid: Grid, task_size: int) -> Any:
+    """The executor side: task id -> its index range. The closure is O(1) in the
+    number of tasks (a 100M-scenario sweep ships the grid and one integer)."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             for task_id in batch.column(0).to_pylist():
-                yield from run_task_batches(grid, by_id[task_id])
+                lo = task_id * task_size
+                yield from run_task_batches(grid, Task(task_id, lo, min(grid.total, lo + task_size)))
 
     return run
 
@@ -63,7 +65,7 @@ def run_sweep_job(
     if not tasks:
         raise ValueError("the grid has no scenarios")
     ids = spark.range(0, len(tasks), 1, numPartitions=len(tasks))
-    rows = ids.mapInArrow(_task_mapper(grid, tasks), spark_ddl())
+    rows = ids.mapInArrow(_task_mapper(grid, tasks[0].hi - tasks[0].lo), spark_ddl())
     sc.setJobDescription(f"zabd sweep: {grid.total} scenarios in {len(tasks)} tasks")
     t0 = time.perf_counter()
     if progress:
