@@ -18,34 +18,49 @@ from zabd.storage.disk import DiskStorage
 
 SEG = {"segment_bytes": 1 << 16, "prealloc_bytes": 1 << 15}
 
-# one flush: ("append", [txns]) or ("replace", history, epoch)
-Step = tuple[str, list[Txn], int]
+# one flush: ("append", txns, epoch), ("replace", history, epoch) or
+# ("snap", history after the log base, epoch, snapshot zxid, log base)
+Step = tuple[str, list[Txn], int, int, int]
 
 
 def steps(seed: int) -> Iterator[tuple[Step, list[Txn], int]]:
-    """Yields (step, history after it, current epoch after it)."""
+    """Yields (step, retained history after it, current epoch after it)."""
     rng = random.Random(seed)
     history: list[Txn] = []
+    floor = 0  # retained txns at or below the installed snapshot: never cut
     epoch, counter = 1, 0
     while True:
-        if history and rng.randrange(12) == 0:
+        roll = rng.randrange(40)
+        if history and roll < 3:
             # a new leader: drop a few uncommitted txns, then its own
-            keep = max(0, len(history) - rng.randrange(6))
+            keep = max(floor, len(history) - rng.randrange(6))
             epoch += 1
-            counter = 0
-            new = history[:keep]
-            for _ in range(rng.randrange(4)):
-                counter += 1
-                new.append(Txn(epoch << 32 | counter, rng.randbytes(rng.randrange(8, 300))))
-            history = new
-            yield ("replace", list(history), epoch), list(history), epoch
+            counter = rng.randrange(4)
+            history = history[:keep] + [
+                Txn(epoch << 32 | c, rng.randbytes(rng.randrange(8, 300))) for c in range(1, counter + 1)
+            ]
+            yield ("replace", list(history), epoch, 0, 0), list(history), epoch
+        elif history and roll == 3:
+            # SNAP from a leader that is ahead: it has our history plus a new
+            # epoch, a snapshot inside it and a log starting before that
+            epoch += 1
+            leader = history + [
+                Txn(epoch << 32 | c, rng.randbytes(rng.randrange(8, 300))) for c in range(1, 30 + rng.randrange(30))
+            ]
+            s_i = len(history) + rng.randrange(1, 25)
+            b_i = rng.randrange(max(0, s_i - 20), s_i + 1)
+            snap_z, base_z = leader[s_i - 1].zxid, (leader[b_i - 1].zxid if b_i else 0)
+            history = leader[b_i:]
+            floor = s_i - b_i
+            counter = history[-1].zxid & 0xFFFFFFFF
+            yield ("snap", list(history), epoch, snap_z, base_z), list(history), epoch
         else:
             txns = []
             for _ in range(1 + rng.randrange(20)):
                 counter += 1
                 txns.append(Txn(epoch << 32 | counter, rng.randbytes(rng.randrange(8, 300))))
             history = history + txns
-            yield ("append", txns, epoch), history, epoch
+            yield ("append", txns, epoch, 0, 0), history, epoch
 
 
 async def main(data_dir: str, seed: int, max_flushes: int, max_seconds: float) -> None:
@@ -55,11 +70,13 @@ async def main(data_dir: str, seed: int, max_flushes: int, max_seconds: float) -
     for k, (step, _, _) in enumerate(steps(seed)):
         if k >= max_flushes or time.monotonic() > deadline:
             break
-        kind, txns, epoch = step
+        kind, txns, epoch, snap_z, base_z = step
         if kind == "append":
             for t in txns:
                 s.append(t)
         else:
+            if kind == "snap":
+                s.install_snapshot(snap_z, b"snapshot-%d" % snap_z, base_z)
             s.replace_history(txns)
             s.persist_epochs(epoch, 1, epoch)
         await s.flush()

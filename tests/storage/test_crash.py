@@ -45,7 +45,10 @@ def crash_once(data_dir: str, seed: int, kill_after: int) -> int:
             last = int(line)
     finally:
         child.send_signal(signal.SIGKILL)  # the child we started, by its pid
-        rest, _ = child.communicate(timeout=30)
+        # read through the same buffered reader: readline() may already hold
+        # later lines that communicate() would never see
+        rest = child.stdout.read()
+        child.wait(timeout=30)
     for line in rest.split():
         last = int(line)  # flushes that returned before the kill
     assert last >= 0, "child never flushed"
@@ -67,6 +70,10 @@ def crash_once(data_dir: str, seed: int, kill_after: int) -> int:
     assert len(d) >= floor, f"flush {last}: lost durable txns ({len(d)} < {floor})"
     if hist_next[: len(hist_k)] == hist_k:  # the in-flight flush only appended
         assert d[: len(hist_k)] == hist_k
+    if st.snapshot is not None:  # an installed SNAP: the snapshot and the log after its base
+        assert st.snapshot == b"snapshot-%d" % st.snapshot_zxid
+        assert st.log_base <= st.snapshot_zxid
+        assert not d or d[0].zxid > st.log_base
     assert st.current_epoch in (epoch_k, epoch_next) or (st.current_epoch == 0 and epoch_k == 1)
     return last
 
