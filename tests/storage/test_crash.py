@@ -74,6 +74,10 @@ def crash_once(data_dir: str, seed: int, kill_after: int) -> int:
         assert st.snapshot == b"snapshot-%d" % st.snapshot_zxid
         assert st.log_base <= st.snapshot_zxid
         assert not d or d[0].zxid > st.log_base
+    if st.current_epoch == epoch_next != epoch_k:
+        # the in-flight flush's epoch write is durable, so its history is too
+        # (history before epochs, ZOOKEEPER-4643)
+        assert d == hist_next, f"flush {last + 1}: epochs durable before the history"
     assert st.current_epoch in (epoch_k, epoch_next) or (st.current_epoch == 0 and epoch_k == 1)
     return last
 
