@@ -12,6 +12,7 @@ import pytest
 from zabd.pipeline.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+A_FILE = str(Path(__file__).resolve())
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["audit", "/nonexistent-dir"], "'/nonexistent-dir' does not exist"),
         (["handmade", "nope"], "expected one NAME of lost-commit"),
         (["audit", "/"], "'/' is not a zabd data directory"),
+        (["sweep", "--scenarios", "5", "--out", A_FILE], f"--out: {A_FILE!r} exists and is not a directory"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

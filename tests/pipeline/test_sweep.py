@@ -169,7 +169,6 @@ def test_cli_flags_sweep_prints_summary(spark: Any, tmp_path: Path, capsys: pyte
             "2",
             "--out",
             str(tmp_path),
-            "--quiet",
             "--no-plots",
         ]
     )
@@ -179,4 +178,5 @@ def test_cli_flags_sweep_prints_summary(spark: Any, tmp_path: Path, capsys: pyte
     assert lines[0].split()[:4] == ["nodes", "faults", "ev/1kt", "scenarios"]
     assert lines[1].split()[:2] == ["3", "2"] and lines[2].split()[:2] == ["5", "2"]
     assert "60 scenarios in" in captured.out
+    assert captured.err.splitlines()[-1].startswith("sweep: 60 scenarios in ")  # the progress line's last word
     assert len(read_rows(tmp_path)) == 60

@@ -128,6 +128,8 @@ def sweep_main(argv: list[str]) -> int:
         out = p.values.get("out", extra.get("out"))
         if not isinstance(out, str) or not out:
             raise UsageError("missing option --out DIR")
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise UsageError(f"--out: {out!r} exists and is not a directory")
         task_size: int | None = None
         if "task-size" in p.values:
             task_size = _decimal("task-size", p.values["task-size"], 1, INT63_MAX)
