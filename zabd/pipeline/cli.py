@@ -4,8 +4,11 @@
                         [--proposals K,...] [--faults-per-run F,...] [--task-size T]
                         [--master URL] [--quiet] [--no-plots]
     zabd pipeline sweep --grid FILE.toml [--out DIR] [--master URL] ...
-    zabd pipeline audit DIR... [--out DIR] [--master URL]
-    zabd pipeline handmade NAME
+    zabd pipeline audit DIR... [--out DIR] [--master URL] [--quiet]
+    zabd pipeline handmade NAME      (replay a hand-made checker input: lost-commit, agreement, clean)
+
+Sweep defaults: --seed 0 --nodes 3,5,7 --rounds 2000 --proposals 20
+--faults-per-run 4; --master local[*]. Details: docs/pipeline.md.
 
 Options are ``--name value`` as in ``zabd sim``. Usage errors: one line on
 stderr, exit 2. pyspark is an optional extra: without it (or without Java)
