@@ -69,7 +69,7 @@ _APPEND = 0  # (_APPEND, blob, zxids, sizes)
 _TRUNCATE = 1  # (_TRUNCATE, keep_zxid)
 _EPOCHS = 2  # (_EPOCHS, Epochs)
 _INSTALL = 3  # (_INSTALL, zxid, data)
-_PURGE = 4  # (_PURGE, upto_zxid, result holder)
+_PURGE = 4  # (_PURGE, retain, result holder)
 
 Op = tuple[Any, ...]
 
@@ -162,7 +162,7 @@ class DiskStorage:
             if not segments and snap_zxid > 0 and not snap.received:
                 raise StorageError(f"{self.log_dir}: no log segments, but snapshot {snap.path} needs the log after it")
             if segments and not in_log:
-                if snap.received:
+                if snap.received and snap_zxid > base:
                     msg = (
                         f"{snap.path}: installed snapshot {zx.fmt(snap_zxid)} is not in the log "
                         f"({zx.fmt(base)}..{zx.fmt(last)}): the log is left over from an interrupted install, discarded"
@@ -440,15 +440,15 @@ class DiskStorage:
 
     def purge(self, retain: int) -> tuple[int, int]:
         """Delete snapshots beyond the newest ``retain`` and the log segments
-        the oldest retained one covers (any thread; blocking). Returns
-        (snapshots deleted, segments deleted)."""
-        snaps, oldest = purge_snapshots(self.snap_dir, retain)
-        if oldest == 0:
-            return snaps, 0
-        holder: list[int] = []
-        gen = self._submit([(_PURGE, oldest, holder)])
+        the oldest retained one covers (any thread but the loop's; blocking).
+        Runs on the writer thread, so it is ordered with truncations and
+        snapshot installs. Returns (snapshots deleted, segments deleted)."""
+        if retain < 1:
+            raise ValueError(f"snapshot retention {retain} is below 1")
+        holder: list[tuple[int, int]] = []
+        gen = self._submit([(_PURGE, retain, holder)])
         self._wait_gen(gen, None)
-        return snaps, holder[0] if holder else 0
+        return holder[0] if holder else (0, 0)
 
     # --------------------------------------------------------------- writer
 
@@ -517,7 +517,8 @@ class DiskStorage:
                 extra_syncs += 2 if self.fsync else 0
                 plog.reset(op[3])
             elif kind == _PURGE:
-                op[2].append(plog.purge_upto(op[1]))
+                snaps, oldest = purge_snapshots(self.snap_dir, op[1])
+                op[2].append((snaps, plog.purge_upto(oldest) if oldest else 0))
         plog.sync()
         # never ahead of the durable log: a later batch may hold the commit's txn
         commit = min(self._commit, plog.last_zxid)
