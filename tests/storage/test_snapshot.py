@@ -121,3 +121,13 @@ def test_verify_and_dump_report_damage_by_file_and_offset(tmp_path: object, caps
     assert f"{seg}: offset 32: corrupt: checksum mismatch" in out
     assert dump_main([d]) == 1
     assert "checksum=BAD" in capsys.readouterr().out
+
+
+def test_snap_threshold_is_randomized_per_node() -> None:
+    import random
+
+    from zabd.storage.snapshot import snap_threshold
+
+    per_node = [snap_threshold(100_000, random.Random(node)) for node in range(1, 6)]
+    assert all(50_000 <= t <= 100_000 for t in per_node)
+    assert len(set(per_node)) == len(per_node)  # nodes do not snapshot in lockstep
