@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from typing import Any
 
 from zabd.server.config import ConfigError, ServerConfig, load_config
 
@@ -30,6 +31,16 @@ async def _run(config: ServerConfig) -> int:
         storage.close()
         return 1
     loop = asyncio.get_running_loop()
+
+    def on_error(_: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        replica.log.error(
+            "unhandled error in the event loop",
+            message=context.get("message"),
+            error=f"{type(exc).__name__}: {exc}" if exc else None,
+        )
+
+    loop.set_exception_handler(on_error)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: asyncio.ensure_future(replica.shutdown()))
     await replica.wait_stopped()

@@ -132,8 +132,11 @@ class PeerConn(_Conn):
             bodies = self.reader.feed(data)
             for body in bodies:
                 if self.closed:
-                    return
+                    break
                 replica._on_peer_frame(self, body)
+        except zx.CounterOverflow as exc:
+            replica._die(exc)
+            return
         except wire.FrameError as exc:
             replica.log.error(
                 "peer frame rejected; closing connection", peer=self.peer, addr=self.peername, error=str(exc)
@@ -394,7 +397,9 @@ class Replica:
         for srv in self._servers:
             srv.close()
         # Carry out what the core already decided, then make it durable.
-        self._process()
+        if self.fatal is None:
+            with contextlib.suppress(Exception):
+                self._process()
         with contextlib.suppress(Exception):
             while self._fseq < self._wseq:
                 target = self._wseq
@@ -423,6 +428,8 @@ class Replica:
         self._stopped.set()
 
     def _die(self, exc: BaseException) -> None:
+        if self.fatal is not None or self._stopping:
+            return
         self.log.error("fatal error; stopping", error=f"{type(exc).__name__}: {exc}")
         self.fatal = exc
         asyncio.get_running_loop().create_task(self.shutdown())
@@ -437,9 +444,15 @@ class Replica:
     def _process(self) -> None:
         self._scheduled = False
         effects = self.node.take_effects()
-        if effects:
-            self._apply(effects)
-        self._write_all()
+        try:
+            if effects:
+                self._apply(effects)
+            self._write_all()
+        except Exception as exc:
+            # An effect half carried out leaves storage and the core out of
+            # step: stop rather than go on with a state nobody decided.
+            self.log.exception("error while carrying out effects")
+            self._die(exc)
 
     def _apply(self, effects: list[Effect]) -> None:
         storage = self.storage
