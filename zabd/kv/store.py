@@ -21,8 +21,9 @@ Payloads are msgpack arrays: ``[1, key, value, version]``, ``[2, key]``,
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgpack
 
@@ -159,7 +160,7 @@ class KVStore:
         return (self.applied, dict(self.data))
 
     def encode_view(self, view: object) -> bytes:
-        applied, data = view  # type: ignore[misc]
+        applied, data = cast(tuple[int, dict[str, tuple[bytes, int]]], view)
         items = [[k, v[0], v[1]] for k, v in sorted(data.items())]
         return _pack([_SNAP_VERSION, applied, items])
 
@@ -188,6 +189,7 @@ class KVLeader:
     def __init__(self, store: KVStore) -> None:
         self.store = store
         self._pending: dict[str, tuple[int, int]] = {}  # key -> (zxid of last proposal, version after it)
+        self._order: deque[tuple[int, str]] = deque()  # (zxid, key) in proposal order
 
     def version(self, key: str) -> int:
         p = self._pending.get(key)
@@ -202,6 +204,9 @@ class KVLeader:
             self._pending[op[1]] = (zxid, op[3])
         elif op[0] == _DEL:
             self._pending[op[1]] = (zxid, 0)
+        else:
+            return
+        self._order.append((zxid, op[1]))
 
     def propose(self, req: Request, propose: Callable[[bytes], int]) -> int:
         payload = self.prepare(req)
@@ -210,8 +215,16 @@ class KVLeader:
         return z
 
     def committed(self, zxid: int) -> None:
-        if self._pending:
-            self._pending = {k: p for k, p in self._pending.items() if p[0] > zxid}
+        # O(1) per committed proposal: pop in proposal order; a key stays
+        # pending while a later proposal for it is not committed yet.
+        order = self._order
+        pending = self._pending
+        while order and order[0][0] <= zxid:
+            z, key = order.popleft()
+            p = pending.get(key)
+            if p is not None and p[0] == z:
+                del pending[key]
 
     def reset(self) -> None:
         self._pending.clear()
+        self._order.clear()

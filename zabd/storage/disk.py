@@ -38,11 +38,11 @@ import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
-from zabd.storage.base import PersistentState, StorageStats
+from zabd.storage.base import PersistentState, Storage, StorageStats
 from zabd.storage.epochs import CommitFile, Epochs, read_commit, read_epochs, write_epochs
 from zabd.storage.snapshot import (
     list_snapshots,
@@ -569,3 +569,7 @@ def _common_prefix(zs: array[int], hz: list[int], j: int) -> int:
             k += 1
         return k
     return k
+
+
+if TYPE_CHECKING:  # DiskStorage satisfies the protocol the server is written against
+    _storage_check: Storage = DiskStorage("")
