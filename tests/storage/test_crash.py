@@ -91,3 +91,56 @@ def test_sigkill_loses_no_durable_txn(tmp_path: object, seed: int, kill_after: i
 def test_sigkill_many(tmp_path: object) -> None:
     for seed in range(10, 40):
         crash_once(os.path.join(str(tmp_path), str(seed)), seed, 20 + seed * 17 % 500)
+
+
+@pytest.mark.parametrize("kill_after", [150, 700])
+def test_sigkill_with_snapshots_recovers_kv_state(tmp_path: object, kill_after: int) -> None:
+    """Snapshots and purges run in the background while the child is killed;
+    snapshot + log replay equals applying the committed txns in order."""
+    from itertools import islice
+
+    from tests.storage.kv_crash_workload import SEG as KV_SEG
+    from tests.storage.kv_crash_workload import txns
+    from zabd.kv import KVStore
+
+    d = str(tmp_path)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.storage.kv_crash_workload", d, "100000", "20"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    durable = 0
+    deadline = time.monotonic() + 30
+    try:
+        while durable < kill_after and time.monotonic() < deadline:
+            line = child.stdout.readline()
+            if not line:
+                break
+            durable = int(line)
+    finally:
+        child.send_signal(signal.SIGKILL)  # the child we started, by its pid
+        rest = child.stdout.read()
+        child.wait(timeout=30)
+    for line in rest.split():
+        durable = int(line)
+    s = DiskStorage(d, **KV_SEG)  # type: ignore[arg-type]
+    st = s.load()
+    s.close()
+    expected = list(islice(txns(), durable + 7))
+    assert st.snapshot is not None, "the run should have snapshotted"
+    if kill_after >= 700:
+        assert st.log_base > 0, "the run should have purged segments"
+    # every durable txn is there, in order (the log holds those after its base)
+    assert st.history == expected[st.log_base & 0xFFFFFFFF : len(st.history) + (st.log_base & 0xFFFFFFFF)]
+    assert (st.log_base & 0xFFFFFFFF) + len(st.history) >= durable
+    recovered = KVStore()
+    recovered.restore(st.snapshot)
+    for t in st.history:
+        if st.snapshot_zxid < t.zxid <= st.last_committed:
+            recovered.apply(t)
+    reference = KVStore()
+    for t in expected[: st.last_committed & 0xFFFFFFFF]:
+        reference.apply(t)
+    assert recovered.data == reference.data
