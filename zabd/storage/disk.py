@@ -126,7 +126,6 @@ class DiskStorage:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._commit_file = CommitFile(self.commit_path)
         self._commit_written = -1
         self._handoff_scheduled = False
@@ -369,7 +368,6 @@ class DiskStorage:
             return
         fut: asyncio.Future[None] = loop.create_future()
         with self._cond:
-            self._loop = loop
             if self._done >= gen or self._error is not None:
                 fut.set_result(None)
             else:
@@ -486,12 +484,15 @@ class DiskStorage:
                 self.stats.records_synced += records
                 ready = [f for g, f in self._waiters if g <= gen]
                 self._waiters = [(g, f) for g, f in self._waiters if g > gen]
-                loop = self._loop
                 self._cond.notify_all()
-            if ready and loop is not None:
+            # one wake-up per event loop (normally one), not per waiter
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+            for f in ready:
+                by_loop.setdefault(f.get_loop(), []).append(f)
+            for loop, futures in by_loop.items():
                 # a closed loop: nobody is waiting any more
                 with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_resolve, ready)
+                    loop.call_soon_threadsafe(_resolve, futures)
 
     def _execute(self, plog: PhysicalLog, ops: list[Op]) -> int:
         records = 0
