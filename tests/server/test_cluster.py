@@ -223,3 +223,32 @@ async def test_sigterm_shuts_down_cleanly(cluster_factory: Factory) -> None:
     assert rc == 0
     text = cluster.log_text(2)
     assert '"event": "stopped"' in text
+
+
+async def test_pipelined_requests_answered_in_order(cluster_factory: Factory) -> None:
+    from zabd.server.wire import FrameReader, frame
+
+    cluster = cluster_factory(3)
+    leader = await cluster.wait_leader()
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    for node in (leader, follower):
+        reader, writer = await asyncio.open_connection("127.0.0.1", cluster.client_ports[node])
+        reqs = []
+        for k in range(300):
+            if k % 50 == 7:
+                reqs.append({"v": 1, "type": "status", "id": k})
+            elif k % 50 == 8:
+                reqs.append({"v": 1, "type": "read", "id": k, "from_zxid": 0, "limit": 5})
+            else:
+                reqs.append({"v": 1, "type": "propose", "id": k, "payload": f"{node}-{k}".encode()})
+        writer.write(b"".join(frame(r) for r in reqs))  # all in one write
+        fr = FrameReader(1 << 20, use_list=True)
+        got: list[dict[str, object]] = []
+        async with asyncio.timeout(20):
+            while len(got) < len(reqs):
+                got.extend(fr.feed(await reader.read(65536)))
+        writer.close()
+        assert [g["id"] for g in got] == list(range(300))
+        assert all(g["ok"] for g in got)
+        zxids = [g["zxid"] for g in got if "zxid" in g]
+        assert len(zxids) == 300 - 12 and zxids == sorted(zxids)
