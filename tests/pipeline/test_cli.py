@@ -61,6 +61,17 @@ def test_without_pyspark_one_line_error(tmp_path: Path) -> None:
     assert proc.stderr.splitlines() == [
         "zabd pipeline sweep: pyspark is not installed; install the extra: pip install 'zabd[pipeline]'"
     ]
+    (tmp_path / "data" / "log").mkdir(parents=True)
+    code = (
+        "import sys; sys.modules['pyspark'] = None\n"
+        "from zabd.cli import main\n"
+        f"sys.exit(main(['pipeline', 'audit', {str(tmp_path / 'data')!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        "zabd pipeline audit: pyspark is not installed; install the extra: pip install 'zabd[pipeline]'"
+    ]
     # and the simulator, the checker's hand-made replay, usage errors: all fine without it
     code = (
         "import sys; sys.modules['pyspark'] = None\n"
