@@ -180,3 +180,22 @@ def test_cli_flags_sweep_prints_summary(spark: Any, tmp_path: Path, capsys: pyte
     assert "60 scenarios in" in captured.out
     assert captured.err.splitlines()[-1].startswith("sweep: 60 scenarios in ")  # the progress line's last word
     assert len(read_rows(tmp_path)) == 60
+
+
+@pytest.mark.soak
+def test_soak_large_faulted_sweep_has_no_violations(spark: Any, tmp_path: Path) -> None:
+    """20,000 scenarios up to 16 faults per run: a search for safety violations (~2 min on 2 cores)."""
+    grid = make_grid(
+        {
+            "scenarios": 20_000,
+            "seed": 99,
+            "nodes": [3, 5, 7],
+            "rounds": [3000],
+            "proposals": [30],
+            "faults_per_run": [0, 4, 8, 16],
+        }
+    )
+    report = sweep(spark, grid, str(tmp_path), progress=False, plots=False)
+    assert report.failures == 0, report.failed_rows
+    assert sum(c["scenarios"] for c in report.cells) == 20_000
+    assert all(c["drop_pct"] > 0 for c in report.cells if c["faults_per_run"] > 0)
