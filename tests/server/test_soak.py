@@ -1,0 +1,41 @@
+"""Long failover soak (``-m soak``): repeated leader SIGKILLs under load."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.server.test_cluster import FAILOVER_TICK_MS, Load, assert_same_logs, read_logs
+from zabd.client.spawn import LocalCluster
+
+Factory = Callable[..., LocalCluster]
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("n", [3, 5])
+async def test_repeated_leader_kills(cluster_factory: Factory, n: int) -> None:
+    cluster = cluster_factory(n, tick_ms=FAILOVER_TICK_MS)
+    nodes = list(range(1, n + 1))
+    await cluster.wait_leader()
+    load = Load(cluster, nodes, window=4)
+    load.start()
+    worst = 0.0
+    try:
+        for _ in range(5):
+            await asyncio.sleep(1.0)
+            leader = await cluster.wait_leader(nodes, timeout=30)
+            cluster.kill(leader)
+            t0 = time.monotonic()
+            others = [i for i in nodes if i != leader]
+            await cluster.wait_leader(others, timeout=15, exclude=leader)
+            worst = max(worst, time.monotonic() - t0)
+            cluster.start_node(leader)
+            await cluster.wait_leader(nodes, timeout=30)
+    finally:
+        await load.finish()
+    assert worst < 5.0, f"slowest failover {worst:.2f}s"
+    await cluster.wait_caught_up(nodes, timeout=30)
+    assert_same_logs(await read_logs(cluster, nodes), load.acked)
