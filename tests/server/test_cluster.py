@@ -252,3 +252,16 @@ async def test_pipelined_requests_answered_in_order(cluster_factory: Factory) ->
         assert all(g["ok"] for g in got)
         zxids = [g["zxid"] for g in got if "zxid" in g]
         assert len(zxids) == 300 - 12 and zxids == sorted(zxids)
+
+
+async def test_read_pages_stay_inside_one_frame(cluster_factory: Factory) -> None:
+    # max_frame 64 KiB: 40 payloads of 4 KiB do not fit in one read answer
+    cluster = cluster_factory(3, extra={"max_frame": 65536})
+    await cluster.wait_leader()
+    async with await Client.connect(cluster.client_addr(1), max_frame=65536) as c:
+        zs = await asyncio.gather(*(c.propose(bytes([k]) * 4096) for k in range(40)))
+        await cluster.wait_caught_up([1, 2, 3])
+        first = await c.read(0, 1000)
+        assert 0 < len(first) < 40
+        everything = await c.read_all(0, page=1000)
+        assert [t.zxid for t in everything] == zs

@@ -211,17 +211,24 @@ class Client:
         body = await self._call({"v": 1, "type": "status", "id": next(self._ids)})
         return schema.NodeStatus.model_validate(body["status"])
 
-    async def read(self, from_zxid: int = 0, limit: int = 1000) -> list[Txn]:
+    async def read_page(self, from_zxid: int = 0, limit: int = 1000) -> tuple[list[Txn], int]:
+        """Up to ``limit`` committed transactions with zxid >= ``from_zxid``
+        (fewer if they would not fit in one frame), and the server's commit
+        point when it answered."""
         body = await self._call({"v": 1, "type": "read", "id": next(self._ids), "from_zxid": from_zxid, "limit": limit})
-        return [Txn(int(z), bytes(p)) for z, p in body["txns"]]
+        return [Txn(int(z), bytes(p)) for z, p in body["txns"]], int(body["last_committed"])
+
+    async def read(self, from_zxid: int = 0, limit: int = 1000) -> list[Txn]:
+        return (await self.read_page(from_zxid, limit))[0]
 
     async def read_all(self, from_zxid: int = 0, page: int = 5000) -> list[Txn]:
-        """Every committed transaction from ``from_zxid`` on, page by page."""
+        """Every transaction committed (at this server) from ``from_zxid`` on,
+        page by page."""
         out: list[Txn] = []
         while True:
-            txns = await self.read(from_zxid, page)
+            txns, committed = await self.read_page(from_zxid, page)
             out.extend(txns)
-            if len(txns) < page:
+            if not txns or txns[-1].zxid >= committed:
                 return out
             from_zxid = txns[-1].zxid + 1
 

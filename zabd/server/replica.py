@@ -887,7 +887,16 @@ class Replica:
         i = bisect_left(history, from_zxid, key=_zxid_key)
         j = bisect_right(history, self._applied, key=_zxid_key)
         j = min(j, i + limit)
-        return [(t.zxid, t.payload) for t in history[i:j]]
+        # Keep the answer well inside one frame: a client pages on with the
+        # next zxid (at least one txn always fits: payloads fit in a frame).
+        budget = self.config.max_frame // 2
+        out: list[tuple[int, bytes]] = []
+        for t in history[i:j]:
+            budget -= len(t.payload) + 16
+            if budget < 0 and out:
+                break
+            out.append((t.zxid, t.payload))
+        return out
 
     def status(self) -> dict[str, Any]:
         node = self.node
