@@ -265,3 +265,52 @@ async def test_read_pages_stay_inside_one_frame(cluster_factory: Factory) -> Non
         assert 0 < len(first) < 40
         everything = await c.read_all(0, page=1000)
         assert [t.zxid for t in everything] == zs
+
+
+async def test_environment_only_configuration(tmp_path: object) -> None:
+    """How containers run it: no --config, every field from ZABD_*."""
+    import os
+    import subprocess
+    import sys
+
+    from zabd.client.spawn import free_ports
+
+    ports = free_ports(6)
+    peers = ",".join(f"{i}=127.0.0.1:{ports[i - 1]}" for i in (1, 2, 3))
+    cluster = LocalCluster(3)  # only for its helpers; processes started here
+    cluster.client_ports = {i: ports[2 + i] for i in (1, 2, 3)}
+    procs = []
+    try:
+        for i in (1, 2, 3):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
+            env.update(
+                ZABD_ID=str(i),
+                ZABD_PEERS=peers,
+                ZABD_CLIENT=f"127.0.0.1:{ports[2 + i]}",
+                ZABD_DATA_DIR=str(tmp_path),
+                ZABD_SEED="7",
+                ZABD_LOG_LEVEL="warning",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "zabd", "serve"],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        cluster.procs = dict(zip((1, 2, 3), procs, strict=True))
+        await cluster.wait_leader(timeout=30)
+        async with await Client.connect(cluster.client_addr(3)) as c:
+            assert await c.propose(b"from-env") > 0
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+        cluster.stop()
+    assert [p.returncode for p in procs] == [0, 0, 0]
