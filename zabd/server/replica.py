@@ -423,6 +423,8 @@ class Replica:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(srv.wait_closed(), 1.0)
         self.storage.close()
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._gc_timer)
         self.log.info("stopped")
         assert self._stopped is not None
         self._stopped.set()
