@@ -287,7 +287,7 @@ async def test_environment_only_configuration(tmp_path: object) -> None:
                 ZABD_ID=str(i),
                 ZABD_PEERS=peers,
                 ZABD_CLIENT=f"127.0.0.1:{ports[2 + i]}",
-                ZABD_DATA_DIR=str(tmp_path),
+                ZABD_DATA_DIR=f"{tmp_path}/data{i}",
                 ZABD_SEED="7",
                 ZABD_LOG_LEVEL="warning",
             )

@@ -141,8 +141,11 @@ class LocalCluster:
         return self.procs[i].poll() is None
 
     def log_text(self, i: int) -> str:
+        path = self.log_files.get(i)
+        if path is None:  # a process this cluster did not start
+            return ""
         try:
-            return self.log_files[i].read_text(errors="replace")
+            return path.read_text(errors="replace")
         except OSError:
             return ""
 
