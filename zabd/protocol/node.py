@@ -498,8 +498,15 @@ class Node:
         if z <= self.last_committed or acks is None or len(acks) < self.quorum:
             return
         self.last_committed = z
+        # ack_set is filled in zxid order (propose is the only writer), so the
+        # entries at or below z are a prefix: stop at the first one above it.
         ack_set = self.ack_set
-        for pending in [p for p in ack_set if p <= z]:
+        done = []
+        for pending in ack_set:
+            if pending > z:
+                break
+            done.append(pending)
+        for pending in done:
             del ack_set[pending]
         self.effects.append(CommitTo(z))
         self._broadcast(Commit(z))
