@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("zabd.server.cli", "serve_main", "run a replica server"),
     "propose": ("zabd.client.cli", "propose_main", "submit a proposal to a cluster"),
     "status": ("zabd.client.cli", "status_main", "show a server's status"),
+    "kv": ("zabd.client.kv_cli", "main", "key-value calls: put, get [--sync], cas, delete, sync"),
     "log": ("zabd.client.cli", "log_main", "read committed transactions; 'log dump|verify DIR' inspects a data dir"),
     "bench": ("zabd.client.bench", "main", "load generator (optionally spawning a local cluster)"),
     "compose": ("zabd.server.compose", "main", "write docker-compose files for N nodes"),

@@ -109,11 +109,13 @@ def test_storage_factory(tmp_path: Path) -> None:
 
     path = tmp_path / "good.toml"
     path.write_text(GOOD.replace("id = 1", f'id = 1\ndata_dir = "{tmp_path / "data"}"'))
-    assert isinstance(open_storage(load_config(path, {})), MemoryStorage)
-    disk = load_config(path, {"ZABD_STORAGE": "disk"})
-    try:
-        storage = open_storage(disk)
-    except ConfigError as exc:  # until the disk backend is wired in
-        assert "'storage' = 'disk'" in str(exc) and "\n" not in str(exc)
-    else:
-        storage.close()
+    from zabd.storage.disk import DiskStorage
+
+    assert isinstance(open_storage(load_config(path, {"ZABD_STORAGE": "memory"})), MemoryStorage)
+    disk = open_storage(load_config(path, {}))  # disk is the default
+    assert isinstance(disk, DiskStorage) and disk.fsync
+    disk.load()
+    disk.close()
+    assert os.path.isdir(tmp_path / "data" / "log")
+    nosync = open_storage(load_config(path, {"ZABD_FSYNC": "false"}))
+    assert isinstance(nosync, DiskStorage) and not nosync.fsync

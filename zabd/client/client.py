@@ -207,6 +207,47 @@ class Client:
                     raise
             await asyncio.sleep(0.1)
 
+    # ------------------------------------------------------- key-value calls
+
+    async def _kv(self, body: dict[str, Any], retry_for: float) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + retry_for
+        while True:
+            try:
+                return await self._call({"v": 1, "id": next(self._ids), **body})
+            except ZabdError as exc:
+                if exc.code != schema.NO_LEADER or loop.time() >= deadline:
+                    raise
+            await asyncio.sleep(0.1)
+
+    async def put(self, key: str, value: bytes, *, retry_for: float = 0.0) -> schema.KVWriteResult:
+        """Set ``key``; returns the commit zxid and the key's new version."""
+        body = await self._kv({"type": "put", "key": key, "value": value}, retry_for)
+        return schema.KVWriteResult.model_validate(body)
+
+    async def cas(self, key: str, version: int, value: bytes, *, retry_for: float = 0.0) -> schema.KVWriteResult:
+        """Set ``key`` if its version is ``version`` (0: only if absent); else
+        ZabdError ``bad_version`` (its ``version`` attribute is not set: read it with get)."""
+        body = await self._kv({"type": "cas", "key": key, "version": version, "value": value}, retry_for)
+        return schema.KVWriteResult.model_validate(body)
+
+    async def delete(self, key: str, version: int = -1, *, retry_for: float = 0.0) -> schema.KVWriteResult:
+        body = await self._kv({"type": "delete", "key": key, "version": version}, retry_for)
+        return schema.KVWriteResult.model_validate(body)
+
+    async def get(self, key: str) -> schema.GetResult:
+        """The value on the server this client talks to (``value`` None if
+        absent). Call :meth:`sync` first to see every write acknowledged
+        anywhere before it."""
+        body = await self._call({"v": 1, "type": "get", "id": next(self._ids), "key": key})
+        return schema.GetResult.model_validate(body)
+
+    async def sync(self, *, retry_for: float = 0.0) -> int:
+        """Wait until this server has applied the leader's commit point as of
+        now; returns that zxid."""
+        body = await self._kv({"type": "sync"}, retry_for)
+        return int(body["zxid"])
+
     async def status(self) -> schema.NodeStatus:
         body = await self._call({"v": 1, "type": "status", "id": next(self._ids)})
         return schema.NodeStatus.model_validate(body["status"])

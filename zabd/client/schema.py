@@ -26,6 +26,9 @@ UNSUPPORTED = "unsupported"  # not retryable: unknown version or request type
 OVERLOADED = "overloaded"  # retryable
 SHUTTING_DOWN = "shutting_down"  # retryable
 RETRYABLE = frozenset({NO_LEADER, LEADER_LOST, OVERLOADED, SHUTTING_DOWN})
+# KV results decided by the leader (not retryable as they are: the condition failed)
+BAD_VERSION = "bad_version"  # cas/delete: the key's version differs ("version" holds the current one)
+NO_NODE = "no_node"  # delete: the key does not exist
 
 
 class _Request(BaseModel):
@@ -55,8 +58,48 @@ class WatchRequest(_Request):
     from_zxid: int = Field(default=0, ge=0, le=U64)
 
 
-Request = Annotated[ProposeRequest | StatusRequest | ReadRequest | WatchRequest, Field(discriminator="type")]
-REQUEST_ADAPTER: TypeAdapter[ProposeRequest | StatusRequest | ReadRequest | WatchRequest] = TypeAdapter(Request)
+# Key-value state machine (zabd/kv): writes are ordered through the leader,
+# ``get`` is served by the replica the client talks to; ``sync`` first makes
+# that replica catch up with the leader's commit point (read-your-writes
+# across servers, as in ZooKeeper).
+KEY_MAX = 4096
+
+
+class PutRequest(_Request):
+    type: Literal["put"] = "put"
+    key: str = Field(min_length=1, max_length=KEY_MAX)
+    value: bytes
+
+
+class CasRequest(_Request):
+    """Set ``value`` if the key's version is ``version`` (0: only if absent)."""
+
+    type: Literal["cas"] = "cas"
+    key: str = Field(min_length=1, max_length=KEY_MAX)
+    version: int = Field(ge=0, le=U64)
+    value: bytes
+
+
+class DeleteRequest(_Request):
+    type: Literal["delete"] = "delete"
+    key: str = Field(min_length=1, max_length=KEY_MAX)
+    version: int = Field(default=-1, ge=-1, le=U64)  # -1: whatever the version
+
+
+class GetRequest(_Request):
+    type: Literal["get"] = "get"
+    key: str = Field(min_length=1, max_length=KEY_MAX)
+
+
+class SyncRequest(_Request):
+    type: Literal["sync"] = "sync"
+
+
+KVRequest = PutRequest | CasRequest | DeleteRequest | GetRequest | SyncRequest
+KV_REQUEST_TYPES = (PutRequest, CasRequest, DeleteRequest, GetRequest, SyncRequest)
+AnyRequest = ProposeRequest | StatusRequest | ReadRequest | WatchRequest | KVRequest
+Request = Annotated[AnyRequest, Field(discriminator="type")]
+REQUEST_ADAPTER: TypeAdapter[AnyRequest] = TypeAdapter(Request)
 
 _PROPOSE_KEYS = frozenset({"v", "type", "id", "payload"})
 
@@ -126,6 +169,24 @@ class ReadResult(_Response):
 class WatchEvent(_Response):
     ok: bool = True
     txns: list[tuple[int, bytes]]
+
+
+class KVWriteResult(_Response):
+    ok: bool = True
+    zxid: int
+    version: int  # the key's version after the write (0 after a delete)
+
+
+class GetResult(_Response):
+    ok: bool = True
+    value: bytes | None  # None: the key does not exist
+    version: int  # 0: absent
+    zxid: int  # the replica's commit point the answer reflects
+
+
+class SyncResult(_Response):
+    ok: bool = True
+    zxid: int  # the leader's commit point at the call; this replica has applied it
 
 
 class ErrorResult(_Response):

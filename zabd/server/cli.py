@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from zabd.server.config import ConfigError, ServerConfig, load_config
+from zabd.storage.txnlog import StorageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -19,10 +20,16 @@ class _Parser(argparse.ArgumentParser):
 
 async def _run(config: ServerConfig) -> int:
     from zabd.server.replica import Replica
-    from zabd.server.storage_factory import open_storage
+    from zabd.server.storage_factory import open_state_machine, open_storage
 
     storage = open_storage(config)
-    replica = Replica(config, storage)
+    try:
+        replica = Replica(config, storage, open_state_machine(config))
+    except StorageError as exc:
+        # a damaged or inconsistent data dir: one line (file, offset, what), no traceback
+        print(f"zabd serve: cannot recover {config.data_dir!r}: {exc}", file=sys.stderr)
+        storage.close()
+        return 1
     try:
         await replica.start()
     except OSError as exc:

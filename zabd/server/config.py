@@ -49,8 +49,14 @@ class ServerConfig(BaseModel):
     # Election jitter is mix(seed ^ id ^ t): use one seed for the whole
     # cluster (per-node seeds such as base + id can cancel the id).
     seed: int = Field(default=0, ge=0, le=2**64 - 1)
-    storage: Literal["memory", "disk"] = "memory"
-    fsync: bool = True
+    # disk: the durable log in data_dir (zabd/storage); memory keeps nothing across restarts
+    storage: Literal["memory", "disk"] = "disk"
+    fsync: bool = True  # false: benchmarks only (a crash can lose acknowledged writes); warned at start
+    # kv: committed txns are applied to the key-value store (zabd/kv); none: the log is the state
+    state_machine: Literal["kv", "none"] = "kv"
+    # a background snapshot every snap_count/2 + rand(snap_count/2) applied txns (disk storage)
+    snap_count: int = Field(default=100_000, ge=2, le=2**31)
+    snap_retain: int = Field(default=3, ge=1, le=1000)  # snapshots kept; older ones and their log purged
     max_frame: int = Field(default=DEFAULT_MAX_FRAME, ge=1024, le=2**31)
     # Outbound bytes queued on one peer link before the link counts as broken
     # (a stopped follower must not grow the leader's memory without bound).

@@ -40,10 +40,11 @@ from zabd.protocol.effects import (
     RoleChanged,
     Send,
 )
-from zabd.protocol.messages import NewLeader, Txn
+from zabd.protocol.messages import AckEpoch, AckLeader, LookForLeader, NewLeader, Txn
 from zabd.protocol.node import FOLLOWING, LEADING, ROLE_NAMES, Node, NotLeader
 from zabd.server import wire
 from zabd.server.config import ServerConfig
+from zabd.server.durable import Durable
 from zabd.server.state_machine import NullStateMachine, StateMachine
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
@@ -253,6 +254,7 @@ class Replica:
         self.log = get_logger("zabd.server")
         set_context(self._log_context)
 
+        self.ext = Durable(self)  # recovery, snapshots, sync plans, KV (zabd/server/durable.py)
         state = storage.load()
         if state.history or state.current_epoch or state.accepted_epoch:
             self.node.restore(
@@ -262,7 +264,7 @@ class Replica:
                 history=state.history,
                 last_committed=state.last_committed,
             )
-        self._applied = 0  # highest zxid delivered to the state machine / clients
+        self._applied = self.ext.recover(state)  # highest zxid delivered to the state machine / clients
         self._applied_idx = 0  # its position in _applied_list
         self._applied_list: list[Txn] = []
         self._role = (0, 0, 0, 0)  # role, leader, epoch, phase as last announced and executed
@@ -324,6 +326,7 @@ class Replica:
         loop = asyncio.get_running_loop()
         self._flush_wanted = asyncio.Event()
         self._stopped = asyncio.Event()
+        self.ext.started()
         host, port = self.config.peer_addr(self.id)
         self._servers.append(await loop.create_server(lambda: PeerConn(self, None), host, port, reuse_address=True))
         chost, cport = self.config.client_addr
@@ -422,6 +425,7 @@ class Replica:
         for srv in self._servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(srv.wait_closed(), 1.0)
+        self.ext.close()
         self.storage.close()
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self._gc_timer)
@@ -524,21 +528,27 @@ class Replica:
         cls = type(e)
         if cls is Broadcast:
             msg = e.msg  # type: ignore[union-attr]
-            frames = (
-                wire.encode_new_leader(msg, self.config.max_frame)
-                if type(msg) is NewLeader
-                else [wire.encode_message(msg)]
-            )
+            if type(msg) is NewLeader:
+                for peer in self.peer_ids:
+                    self._send_core(peer, self.ext.new_leader_frames(peer, msg))
+                return
+            frames = [wire.encode_message(msg)]
             for peer in self.peer_ids:
+                if type(msg) is LookForLeader:
+                    self.ext.before_send(peer, msg)
                 self._send_core(peer, frames)
         elif cls is Send:
             msg = e.msg  # type: ignore[union-attr]
-            frames = (
-                wire.encode_new_leader(msg, self.config.max_frame)
-                if type(msg) is NewLeader
-                else [wire.encode_message(msg)]
-            )
-            self._send_core(e.dst, frames)  # type: ignore[union-attr]
+            dst = e.dst  # type: ignore[union-attr]
+            mcls = type(msg)
+            if mcls is NewLeader:
+                self._send_core(dst, self.ext.new_leader_frames(dst, cast(NewLeader, msg)))
+            elif mcls is AckEpoch or mcls is AckLeader:
+                self.ext.before_send(dst, msg)
+                self._send_core(dst, [wire.encode_message(msg)])
+                self.ext.after_send(dst, msg)
+            else:
+                self._send_core(dst, [wire.encode_message(msg)])
         elif cls is CommitTo:
             self._committed(e.zxid)  # type: ignore[union-attr]
         elif cls is RoleChanged:
@@ -607,6 +617,7 @@ class Replica:
             old.abort()
             self.node.link_failed(conn.peer, self.now())
         self.log.info("peer connected", peer=conn.peer, addr=conn.peername)
+        self.ext.peer_up(conn)
 
     def _peer_down(self, conn: PeerConn) -> None:
         peer = conn.peer
@@ -659,7 +670,7 @@ class Replica:
             if len(body) != 4 or not wire._u64(body[1]) or type(body[2]) is not str or type(body[3]) is not str:
                 raise wire.FrameError(f"malformed FORWARD_ERR frame {wire._short(body)}")
             self._on_forward_err(body[1], body[2], body[3])
-        else:
+        elif not self.ext.on_frame(conn, peer, tag, body):
             raise wire.FrameError(f"unknown peer frame tag {tag}")
 
     # ------------------------------------------------------- commits / roles
@@ -782,6 +793,10 @@ class Replica:
             slot = conn.new_slot()
             txns = self.read(req.from_zxid, req.limit)
             conn.complete(slot, {"v": 1, "id": req.id, "ok": True, "txns": txns, "last_committed": self._applied})
+        elif isinstance(req, schema.KV_REQUEST_TYPES):
+            from zabd.server import kv_service
+
+            kv_service.handle(self, conn, req)
         elif isinstance(req, schema.WatchRequest):
             if conn.slots:
                 slot = conn.new_slot()
@@ -920,4 +935,5 @@ class Replica:
             "uptime_s": round(time.monotonic() - self._started, 3),
             "gc_ms": round(self._gc_ns / 1e6, 1),
             "gc_collections": [s["collections"] for s in gc.get_stats()],
+            **self.ext.status(),
         }

@@ -1,18 +1,29 @@
 """The one place a server's storage backend is chosen.
 
-``disk`` is wired in here once ``DiskStorage`` lands in zabd/storage/.
+``disk`` (the default) is ``DiskStorage``; ``memory`` keeps nothing across restarts.
 """
 
 from __future__ import annotations
 
-from zabd.server.config import ConfigError, ServerConfig
+from zabd.server.config import ServerConfig
+from zabd.server.state_machine import NullStateMachine, StateMachine
 from zabd.storage.base import MemoryStorage, Storage
 
 
 def open_storage(config: ServerConfig) -> Storage:
+    """``DiskStorage`` in ``config.data_dir`` (its ``load()`` is the server's
+    recovery and raises ``StorageError`` with one line naming file, offset
+    and problem) or ``MemoryStorage``."""
     if config.storage == "memory":
         return MemoryStorage()
-    raise ConfigError(
-        f"config error: field 'storage' = {config.storage!r}: the disk backend is not available in this build; "
-        "expected 'memory'"
-    )
+    from zabd.storage.disk import DiskStorage
+
+    return DiskStorage(config.data_dir, fsync=config.fsync)
+
+
+def open_state_machine(config: ServerConfig) -> StateMachine:
+    if config.state_machine == "none":
+        return NullStateMachine()
+    from zabd.server.durable import KVMachine
+
+    return KVMachine()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import gc
 import logging
 import os
@@ -129,6 +130,7 @@ class DiskStorage:
         self._commit_file = CommitFile(self.commit_path)
         self._commit_written = -1
         self._handoff_scheduled = False
+        self._lock_fd = -1
 
     # ----------------------------------------------------------------- load
 
@@ -137,6 +139,15 @@ class DiskStorage:
             raise RuntimeError("DiskStorage.load() may be called only once")
         for d in (self.data_dir, self.log_dir, self.snap_dir):
             os.makedirs(d, exist_ok=True)
+        # One process per data directory: two writers would interleave records.
+        lock_path = os.path.join(self.data_dir, "lock")
+        self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StorageError(f"{lock_path}: the data directory is in use by another process") from None
         self._remove_temp_files()
         epochs = read_epochs(self.epoch_path) or Epochs(0, 0, 0)
         snaps = list_snapshots(self.snap_dir)
@@ -405,6 +416,9 @@ class DiskStorage:
         """Write and sync what was buffered, stop the writer."""
         if self._closed or not self._loaded:
             self._closed = True
+            if self._lock_fd >= 0:  # a load() that failed
+                os.close(self._lock_fd)
+                self._lock_fd = -1
             return
         try:
             gen = self._submit_pending()
@@ -421,6 +435,9 @@ class DiskStorage:
             if self._plog is not None:
                 self._plog.close()
             self._commit_file.close()
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
 
     # -------------------------------------------------------- other threads
 

@@ -1,0 +1,119 @@
+"""Client load and checks shared by the crash tests."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+
+from zabd.client import Client, ZabdError
+from zabd.client.spawn import LocalCluster
+from zabd.protocol.messages import Txn
+
+
+class Load:
+    """Bounded proposals and KV puts through every node; remembers what was
+    acknowledged (the client saw the commit)."""
+
+    def __init__(self, cluster: LocalCluster, workers_per_node: int = 2, limit: int = 200_000) -> None:
+        self.cluster = cluster
+        self.workers = workers_per_node
+        self.limit = limit
+        self.acked: dict[int, bytes] = {}  # zxid -> raw payload
+        self.kv_acked: dict[str, bytes] = {}
+        self.sent = 0
+        self.errors = 0
+        self.stop = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def _worker(self, node: int, k: int) -> None:
+        client: Client | None = None
+        while not self.stop.is_set() and self.sent < self.limit:
+            try:
+                if client is None:
+                    client = await Client.connect(self.cluster.client_addr(node), timeout=3.0)
+                self.sent += 1
+                n = self.sent
+                if n % 3 == 0:
+                    key, value = f"k{node}-{k}-{n}", b"v%d" % n
+                    await client.put(key, value)
+                    self.kv_acked[key] = value
+                else:
+                    payload = f"n{node}-w{k}-{n}".encode()
+                    z = await client.propose(payload)
+                    self.acked[z] = payload
+            except (ZabdError, OSError, TimeoutError):
+                self.errors += 1
+                if client is not None:
+                    await client.close()
+                client = None
+                await asyncio.sleep(0.05)
+        if client is not None:
+            await client.close()
+
+    def start(self) -> None:
+        for i in range(1, self.cluster.n + 1):
+            for k in range(self.workers):
+                self.tasks.append(asyncio.ensure_future(self._worker(i, k)))
+
+    async def finish(self) -> None:
+        self.stop.set()
+        await asyncio.gather(*self.tasks)
+
+
+async def read_history(cluster: LocalCluster, i: int) -> list[Txn]:
+    async with await Client.connect(cluster.client_addr(i)) as c:
+        return await c.read_all()
+
+
+async def kill_restart_cycle(cluster: LocalCluster, rng: random.Random, kills: int, deadline: float) -> list[str]:
+    """SIGKILL a random node (the leader about half the time) at a random
+    moment, restart it on the same data dir; ``kills`` times, bounded by
+    ``deadline`` (monotonic)."""
+    done: list[str] = []
+    for _ in range(kills):
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(rng.uniform(0.3, 1.5))
+        sts = await cluster.statuses()
+        leaders = [i for i, st in sts.items() if st and st["role"] == "leading"]
+        victim = leaders[0] if leaders and rng.random() < 0.5 else rng.randint(1, cluster.n)
+        cluster.kill(victim)
+        done.append(f"kill {victim}{' (leader)' if victim in leaders else ''}")
+        await asyncio.sleep(rng.uniform(0.1, 1.0))
+        cluster.start_node(victim)
+        await cluster.wait_leader(timeout=30)
+    return done
+
+
+async def check_consistent(cluster: LocalCluster, load: Load) -> list[Txn]:
+    """Every acknowledged proposal present once, at its zxid, in the same
+    order on every node; the KV state machines agree and hold every
+    acknowledged put."""
+    nodes = list(range(1, cluster.n + 1))
+    await cluster.wait_leader(timeout=30)
+    # one more write so that every node learns the final commit point
+    async with await Client.connect(cluster.servers) as c:
+        await c.propose(b"final", retry_for=20)
+    await cluster.wait_caught_up(nodes, timeout=30)
+    logs = {i: await read_history(cluster, i) for i in nodes}
+    ref = logs[1]
+    for i in nodes:
+        assert logs[i] == ref, f"node {i} differs from node 1"
+    by_zxid = {t.zxid: t.payload for t in ref}
+    for z, payload in load.acked.items():
+        assert by_zxid.get(z) == payload, f"acknowledged {payload!r} at {z:#x} missing"
+    counts = Counter(t.payload for t in ref)
+    dup = [p for p, n in counts.items() if n > 1 and not p.startswith(b"\xc1kv1")]
+    assert not dup, f"duplicated payloads {dup[:5]}"
+    zs = [t.zxid for t in ref]
+    assert zs == sorted(zs)
+    sts = await cluster.statuses()
+    digests = {i: st["kv_digest"] for i, st in sts.items() if st}
+    assert len(set(digests.values())) == 1, digests
+    async with await Client.connect(cluster.client_addr(nodes[-1])) as c:
+        await c.sync()
+        for key, value in load.kv_acked.items():
+            assert (await c.get(key)).value == value, key
+    return ref

@@ -1,0 +1,65 @@
+"""KV calls on a real disk cluster: put/get/cas/delete through leader and
+followers, sync for read-your-writes, state after a restart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from zabd.client import Client, ZabdError
+from zabd.client.spawn import LocalCluster
+
+Factory = Callable[..., LocalCluster]
+
+
+async def test_kv_calls_follower_leader_sync_and_restart(disk_cluster: Factory) -> None:
+    c = disk_cluster(3)
+    leader = await c.wait_leader()
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    other = next(i for i in (1, 2, 3) if i not in (leader, follower))
+    async with await Client.connect(c.client_addr(follower)) as fc, await Client.connect(c.client_addr(leader)) as lc:
+        w = await fc.put("a", b"1")
+        assert w.version == 1 and w.zxid > 0
+        # a follower answers after applying the write itself: read-your-writes on the same server
+        g = await fc.get("a")
+        assert (g.value, g.version) == (b"1", 1)
+        w2 = await lc.cas("a", 1, b"2")
+        assert w2.version == 2
+        with pytest.raises(ZabdError) as info:
+            await fc.cas("a", 1, b"3")  # stale version
+        assert info.value.code == "bad_version"
+        with pytest.raises(ZabdError) as info:
+            await fc.delete("missing")
+        assert info.value.code == "no_node"
+        created = await fc.cas("b", 0, b"new")  # 0: create only if absent
+        assert created.version == 1
+        # pipelined put then get on one connection: the get sees the put
+        import asyncio
+
+        put_f = asyncio.ensure_future(fc.put("p", b"x"))
+        get_f = asyncio.ensure_future(fc.get("p"))
+        await put_f
+        assert (await get_f).value == b"x"
+        d = await lc.delete("b", 1)
+        assert d.version == 0
+    # sync on the third node: it has applied everything acknowledged before
+    async with await Client.connect(c.client_addr(other)) as oc:
+        z = await oc.sync()
+        assert z >= w2.zxid
+        assert (await oc.get("a")).value == b"2"
+        assert (await oc.get("b")).value is None
+    sts = await c.statuses()
+    digests = {st["kv_digest"] for st in sts.values() if st}
+    assert len(digests) == 1 and sts[leader] and sts[leader]["kv_keys"] == 2
+    # every node restarts from its own data dir with the same state
+    for i in (1, 2, 3):
+        assert c.terminate(i) == 0
+    for i in (1, 2, 3):
+        c.start_node(i)
+    await c.wait_leader()
+    async with await Client.connect(c.client_addr(follower)) as fc:
+        await fc.sync(retry_for=10)
+        g = await fc.get("a")
+        assert (g.value, g.version) == (b"2", 2)
+        assert (await fc.put("a", b"3", retry_for=10)).version == 3

@@ -1,0 +1,69 @@
+"""``zabd kv put|get|cas|delete|sync``: the key-value calls from a shell."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from zabd.client.cli import _parser, _payload_json, _run
+from zabd.protocol import zxid as zx
+
+USAGE = "usage: zabd kv {put KEY VALUE | get KEY [--sync] | cas KEY VERSION VALUE | delete KEY [--version N] | sync}"
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("put", "get", "cas", "delete", "sync"):
+        print(f"zabd kv: {USAGE}", file=sys.stderr)
+        return 2 if argv and argv[0] not in ("-h", "--help") else (0 if argv else 2)
+    op = argv[0]
+    p = _parser(f"zabd kv {op}", f"key-value {op}")
+    p.add_argument("--retry", type=float, default=10.0, help="seconds to retry while there is no leader (default 10)")
+    if op != "sync":
+        p.add_argument("key")
+    if op == "cas":
+        p.add_argument("version", type=int, help="expected version (0: create only if absent)")
+    if op in ("put", "cas"):
+        p.add_argument("value", help="UTF-8 text")
+    if op == "delete":
+        p.add_argument("--version", type=int, default=-1, help="delete only at this version (default: any)")
+    if op == "get":
+        p.add_argument("--sync", action="store_true", help="sync with the leader first (read-your-writes)")
+    args = p.parse_args(argv[1:])
+
+    async def go() -> int:
+        from zabd.client.client import Client
+
+        async with await Client.connect(args.servers, timeout=args.timeout) as c:
+            out: dict[str, Any]
+            if op == "sync":
+                z = await c.sync(retry_for=args.retry)
+                out = {"zxid": z, "zxid_str": zx.fmt(z)}
+            elif op == "get":
+                if args.sync:
+                    await c.sync(retry_for=args.retry)
+                g = await c.get(args.key)
+                if args.json:
+                    out = {"key": args.key, "value": None if g.value is None else _payload_json(g.value)}
+                    out |= {"version": g.version, "zxid": g.zxid}
+                    print(json.dumps(out))
+                elif g.value is None:
+                    print(f"{args.key}: (absent)", file=sys.stderr)
+                else:
+                    print(g.value.decode("utf-8", "backslashreplace"))
+                return 0 if g.value is not None else 1
+            else:
+                if op == "put":
+                    w = await c.put(args.key, args.value.encode(), retry_for=args.retry)
+                elif op == "cas":
+                    w = await c.cas(args.key, args.version, args.value.encode(), retry_for=args.retry)
+                else:
+                    w = await c.delete(args.key, args.version, retry_for=args.retry)
+                out = {"zxid": w.zxid, "zxid_str": zx.fmt(w.zxid), "version": w.version}
+            if args.json:
+                print(json.dumps(out))
+            else:
+                print(" ".join(f"{k}={v}" for k, v in out.items() if k != "zxid"))
+        return 0
+
+    return _run(f"zabd kv {op}", go)
