@@ -57,6 +57,7 @@ class ServerConfig(BaseModel):
     # a background snapshot every snap_count/2 + rand(snap_count/2) applied txns (disk storage)
     snap_count: int = Field(default=100_000, ge=2, le=2**31)
     snap_retain: int = Field(default=3, ge=1, le=1000)  # snapshots kept; older ones and their log purged
+    log_segment_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, le=2**40)  # roll the log segment beyond this
     max_frame: int = Field(default=DEFAULT_MAX_FRAME, ge=1024, le=2**31)
     # Outbound bytes queued on one peer link before the link counts as broken
     # (a stopped follower must not grow the leader's memory without bound).

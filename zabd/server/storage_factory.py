@@ -18,7 +18,8 @@ def open_storage(config: ServerConfig) -> Storage:
         return MemoryStorage()
     from zabd.storage.disk import DiskStorage
 
-    return DiskStorage(config.data_dir, fsync=config.fsync)
+    seg = config.log_segment_bytes
+    return DiskStorage(config.data_dir, fsync=config.fsync, segment_bytes=seg, prealloc_bytes=min(seg, 16 << 20))
 
 
 def open_state_machine(config: ServerConfig) -> StateMachine:
