@@ -6,7 +6,7 @@ while handling one read leave in one write, and responses are decoded many
 per read. Latency is client issue -> response, in an HdrHistogram (us).
 
     zabd bench --servers h:p,h:p --clients 8 --window 256 --payload 1024 --duration 10 [--json]
-    zabd bench --spawn 3 --storage memory ...   # starts and stops a local cluster
+    zabd bench --spawn 3 [--storage memory | --no-fsync] ...   # starts and stops a local cluster (default: disk, fsync)
 """
 
 from __future__ import annotations
@@ -168,6 +168,31 @@ async def _leader_of(servers: list[str]) -> tuple[str, dict[str, Any]]:
     return "", last
 
 
+async def _storage_stats(addr: str) -> dict[str, int] | None:
+    from zabd.client.client import Client
+
+    if not addr:
+        return None
+    with contextlib.suppress(Exception):
+        async with await Client.connect(addr, timeout=2) as c:
+            st = (await c.status()).model_dump()
+            io = st.get("storage_stats")
+            return dict(io) if isinstance(io, dict) else None
+    return None
+
+
+def _io_rates(a: dict[str, int] | None, b: dict[str, int] | None, elapsed: float) -> dict[str, Any]:
+    if a is None or b is None or elapsed <= 0:
+        return {"fsyncs_per_s": None, "txns_per_fsync": None, "flushes_per_s": None}
+    syncs = b["syncs"] - a["syncs"]
+    records = b["records_synced"] - a["records_synced"]
+    return {
+        "fsyncs_per_s": round(syncs / elapsed, 1),
+        "txns_per_fsync": round(records / syncs, 2) if syncs else None,
+        "flushes_per_s": round((b["flushes"] - a["flushes"]) / elapsed, 1),
+    }
+
+
 async def run_bench(
     servers: list[str],
     *,
@@ -202,6 +227,7 @@ async def run_bench(
     if warmup > 0:
         await asyncio.sleep(warmup)
     pids = server_pids or []
+    io0 = await _storage_stats(leader_addr)
     cpu0 = {pid: _cpu_seconds(pid) for pid in [os.getpid(), *pids]}
     box0 = _box_busy_seconds()
     stats.measuring = True
@@ -228,6 +254,7 @@ async def run_bench(
     elapsed = time.monotonic() - t0
     cpu1 = {pid: _cpu_seconds(pid) for pid in cpu0}
     box1 = _box_busy_seconds()
+    io1 = await _storage_stats(leader_addr)
     ours = sum(cpu1[pid] - cpu0[pid] for pid in cpu0)
     for c in conns:
         c.done = True
@@ -257,6 +284,8 @@ async def run_bench(
         "leader": leader_addr,
         "storage": st.get("storage", "unknown"),
         "fsync": st.get("fsync"),
+        # the leader's group commit during the window (status storage_stats)
+        **_io_rates(io0, io1, elapsed),
         "cpu_pct": {
             ("client" if pid == os.getpid() else f"server_pid_{pid}"): round(100 * (cpu1[pid] - cpu0[pid]) / elapsed, 1)
             for pid in cpu0
@@ -271,7 +300,9 @@ def main(argv: list[str]) -> int:
     p = _Parser(prog="zabd bench", description="closed-loop proposal load generator")
     p.add_argument("--servers", help="client host:port list of a running cluster")
     p.add_argument("--spawn", type=int, metavar="N", help="start a local N-node cluster, run, stop it")
-    p.add_argument("--storage", choices=("memory", "disk"), default="memory", help="with --spawn (default memory)")
+    p.add_argument(
+        "--storage", choices=("memory", "disk"), default="disk", help="with --spawn (default disk, fsync on)"
+    )
     p.add_argument("--no-fsync", action="store_true", help="with --spawn --storage disk: fsync = false")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--window", type=int, default=32, help="outstanding proposals per client")
@@ -346,6 +377,7 @@ def main(argv: list[str]) -> int:
             f"{result['ops']} ops in {result['duration_s']} s: {result['ops_per_s']:.0f} ops/s, "
             f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, p99.9 {result['p999_ms']} ms, "
             f"errors {result['errors']} ({result['nodes']} nodes, {result['payload']} B, "
-            f"{result['clients']}x{result['window']}, storage {result['storage']}, cpu {result['cpu_pct']})"
+            f"{result['clients']}x{result['window']}, storage {result['storage']}, fsync {result['fsync']}, "
+            f"{result['fsyncs_per_s']} fsyncs/s, {result['txns_per_fsync']} txns/fsync, cpu {result['cpu_pct']})"
         )
     return 0
