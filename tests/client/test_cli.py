@@ -98,9 +98,12 @@ def test_bench_spawn_json() -> None:
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    for key in ("ops", "ops_per_s", "p50_ms", "p99_ms", "p999_ms", "errors", "nodes", "payload", "storage", "fsync"):
+    keys = ("ops", "ops_per_s", "p50_ms", "p99_ms", "p999_ms", "errors", "nodes", "payload", "storage", "fsync")
+    for key in (*keys, "fsyncs_per_s", "txns_per_fsync"):
         assert key in out
-    assert out["ops"] > 0 and out["nodes"] == 3 and out["payload"] == 64 and out["storage"] == "memory"
+    # the default is the durable log with fsync on
+    assert out["ops"] > 0 and out["nodes"] == 3 and out["payload"] == 64 and out["storage"] == "disk"
+    assert out["fsync"] is True and out["fsyncs_per_s"] > 0 and out["txns_per_fsync"] >= 1
     assert out["p50_ms"] <= out["p99_ms"] <= out["p999_ms"]
     assert "ops/s" in r.stderr  # the progress line
 
