@@ -56,7 +56,7 @@ def run_zabd(clients: int, window: int, fsync: bool, duration: float, warmup: fl
 def run_zk(clients: int, window: int, duration: float, warmup: float) -> dict[str, Any]:
     cmd = [
         str(ZK_DIR / "run.sh"), "--nodes", "3", "--client", "java", "--sessions", str(clients),
-        "--window", str(window), "--payload", "1024", "--warmup", str(warmup), "--duration", str(duration),
+        "--window", str(window), "--payload", "1024", "--warmup", str(int(warmup)), "--duration", str(int(duration)),
     ]  # fmt: skip
     print("$ QUIET_MAX_WAIT=20 " + " ".join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ, QUIET_MAX_WAIT="20")
