@@ -58,8 +58,9 @@ def run_zk(clients: int, window: int, duration: float, warmup: float) -> dict[st
         str(ZK_DIR / "run.sh"), "--nodes", "3", "--client", "java", "--sessions", str(clients),
         "--window", str(window), "--payload", "1024", "--warmup", str(int(warmup)), "--duration", str(int(duration)),
     ]  # fmt: skip
-    print("$ QUIET_MAX_WAIT=20 " + " ".join(cmd), file=sys.stderr, flush=True)
-    env = dict(os.environ, QUIET_MAX_WAIT="20")
+    print("$ QUIET_MAX_WAIT=20 ZKB_BUILD=/tmp/zkb_build " + " ".join(cmd), file=sys.stderr, flush=True)
+    # cluster.sh start wipes /tmp/zkbench, run.sh's default build dir: build elsewhere
+    env = dict(os.environ, QUIET_MAX_WAIT="20", ZKB_BUILD=os.environ.get("ZKB_BUILD", "/tmp/zkb_build"))
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + warmup + 400, env=env)
     if out.returncode != 0:
         return {"error": out.stderr.strip()[-300:]}
@@ -84,7 +85,7 @@ def zk_row(clients: int, window: int, r: dict[str, Any], warmup: float, duration
     cnt = m.get("cnt_fsynctime")
     fs = round(cnt / (warmup + duration), 1) if cnt else None
     batch = m.get("avg_sync_processor_batch_size")
-    other = r.get("cpu", {}).get("other_pct") if isinstance(r.get("cpu"), dict) else None
+    other = r.get("cpu", {}).get("foreign_procs_pct") if isinstance(r.get("cpu"), dict) else None
     return (
         f"| ZooKeeper 3.8 fsync | {clients}x{window} | {r['ops_per_s']:.0f} | {lat.get('p50')} | {lat.get('p99')} | "
         f"~{fs} | {batch} | {other} |"

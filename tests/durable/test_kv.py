@@ -63,3 +63,34 @@ async def test_kv_calls_follower_leader_sync_and_restart(disk_cluster: Factory) 
         g = await fc.get("a")
         assert (g.value, g.version) == (b"2", 2)
         assert (await fc.put("a", b"3", retry_for=10)).version == 3
+
+
+async def test_kv_cli(disk_cluster: Factory) -> None:
+    import asyncio
+    import json
+    import subprocess
+    import sys
+
+    c = disk_cluster(3)
+    await c.wait_leader()
+    servers = ",".join(c.servers)
+
+    async def kv(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "zabd", "kv", *args]
+        return await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
+
+    r = await kv("put", "color", "blue", "--servers", c.client_addr(1), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["version"] == 1
+    r = await kv("cas", "color", "1", "red", "--servers", c.client_addr(2))
+    assert r.returncode == 0 and "version=2" in r.stdout, r.stdout + r.stderr
+    r = await kv("cas", "color", "1", "green", "--servers", c.client_addr(2))
+    assert r.returncode == 1 and "bad_version" in r.stderr and "\n" not in r.stderr.strip()
+    r = await kv("get", "color", "--sync", "--servers", c.client_addr(3))
+    assert r.returncode == 0 and r.stdout.strip() == "red"
+    r = await kv("delete", "color", "--servers", servers, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["version"] == 0
+    r = await kv("get", "color", "--sync", "--servers", c.client_addr(3))
+    assert r.returncode == 1 and "absent" in r.stderr
+    r = await kv("frobnicate")
+    assert r.returncode == 2 and "usage" in r.stderr
