@@ -12,6 +12,7 @@ from typing import Any
 
 from zabd.pipeline.grid import Grid, Task
 from zabd.pipeline.handmade import HANDMADE, run_handmade
+from zabd.sim.checker import Violation
 from zabd.sim.faults import format_faults, random_faults
 from zabd.sim.run import run_scenario
 from zabd.sim.simulator import SimConfig
@@ -107,16 +108,8 @@ def run_index(grid: Grid, index: int) -> dict[str, Any]:
         row.update(_empty_metrics())
         row.update(ok=False, error=f"{type(exc).__name__}: {exc}", reproducer=row["command"])
         return row
-    v = r.violation
+    row.update(_outcome_fields(r.digest, r.violation, r.reproducer))
     row.update(
-        digest=r.digest,
-        ok=v is None,
-        violation_kind=v.kind if v else None,
-        violation_tick=v.tick if v else None,
-        violation_node=v.node if v else None,
-        violation_detail=v.detail if v else None,
-        reproducer=r.reproducer if v else None,
-        error=None,
         committed=r.committed,
         elections=r.elections,
         first_leader_tick=_none_if_negative(r.first_leader_tick),
@@ -173,16 +166,8 @@ def _handmade_row(grid: Grid, index: int) -> dict[str, Any]:
     except Exception as exc:
         row.update(ok=False, error=f"{type(exc).__name__}: {exc}", reproducer=h.command)
         return row
-    v = r.violation
+    row.update(_outcome_fields(r.digest, r.violation, r.violation.reproducer if r.violation else ""))
     row.update(
-        digest=r.digest,
-        ok=v is None,
-        violation_kind=v.kind if v else None,
-        violation_tick=v.tick if v else None,
-        violation_node=v.node if v else None,
-        violation_detail=v.detail if v else None,
-        reproducer=v.reproducer if v else None,
-        error=None,
         committed=r.committed,
         elections=r.elections,
     )
@@ -207,3 +192,17 @@ def run_task_batches(grid: Grid, task: Task, batch_rows: int = 2000) -> Iterator
     for lo in range(task.lo, task.hi, batch_rows):
         cols = run_task(grid, Task(task.task_id, lo, min(task.hi, lo + batch_rows)))
         yield pa.RecordBatch.from_pydict(cols, schema=schema)
+
+
+def _outcome_fields(digest: str, v: Violation | None, reproducer: str) -> dict[str, Any]:
+    """The columns every row shares: digest, verdict, and the first violation."""
+    return {
+        "digest": digest,
+        "ok": v is None,
+        "violation_kind": v.kind if v else None,
+        "violation_tick": v.tick if v else None,
+        "violation_node": v.node if v else None,
+        "violation_detail": v.detail if v else None,
+        "reproducer": reproducer if v else None,
+        "error": None,
+    }
