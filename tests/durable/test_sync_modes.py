@@ -84,7 +84,9 @@ async def test_trunc_of_uncommitted_txns(disk_cluster: Factory) -> None:
 
 
 async def test_snap_when_the_leader_purged_the_log(disk_cluster: Factory) -> None:
-    c = disk_cluster(3, extra={"snap_count": 300, "snap_retain": 1, "log_segment_bytes": 32768})
+    # max_frame 4 KiB: the snapshot and the txns of the plan travel in many frames
+    extra = {"snap_count": 300, "snap_retain": 1, "log_segment_bytes": 32768, "max_frame": 4096}
+    c = disk_cluster(3, extra=extra)
     leader = await c.wait_leader()
     f = next(i for i in (1, 2, 3) if i != leader)
     rest = [i for i in (1, 2, 3) if i != f]
@@ -110,6 +112,8 @@ async def test_snap_when_the_leader_purged_the_log(disk_cluster: Factory) -> Non
     await _same_everywhere(c, [1, 2, 3])
     got = _received((await c.statuses([f]))[f])
     assert got.get("SNAP", 0) >= 1, got
+    sts = await c.statuses()
+    assert all(st and st["kv_keys"] > 100 for st in sts.values())  # a snapshot above one frame
     # ... and it restarts from the installed snapshot on its own
     assert c.terminate(f) == 0
     c.start_node(f)

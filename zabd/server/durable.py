@@ -53,6 +53,7 @@ TAG_SYNC_PLAN = 70  # [70, epoch, mode, truncate_to, snapshot_zxid, log_base, sn
 TAG_SYNC_TXNS = 71  # [71, epoch, final (0|1), [[zxid, payload], ...]]   after a SYNC_PLAN, >= 1 of them
 TAG_KV_FORWARD = 72  # [72, fwd_id, [op, key, value, version]]           follower -> leader
 TAG_SYNC_REQ = 73  # [73, fwd_id]  client sync through a follower; answered with FORWARD_OK(fwd_id, commit point)
+TAG_SNAP_DATA = 74  # [74, epoch, bytes]  more snapshot bytes of a SNAP plan, between SYNC_PLAN and SYNC_TXNS
 
 FULL = "FULL"
 # Test hook (not a ZABD_* variable: those are config fields): SIGKILL this
@@ -142,7 +143,7 @@ class Durable:
         self.infos: dict[int, SyncInfo] = {}
         self.sent: Counter[str] = Counter()
         self.received: Counter[str] = Counter()
-        self._plans: dict[int, tuple[int, SyncPlan, bytes | None, list[Txn]]] = {}
+        self._plans: dict[int, tuple[int, SyncPlan, bytearray | None, list[Txn]]] = {}
         self.crash_after = os.environ.get(CRASH_ENV, "")
         self.kv_epoch = -1
         self.kv_barrier = 0
@@ -237,12 +238,17 @@ class Durable:
             snapshot_zxid=zx.fmt(plan.snapshot_zxid),
             txns=len(plan.txns),
         )
+        budget = r.config.max_frame // 2
+        # a snapshot larger than a frame travels in SNAP_DATA parts after the plan
+        first = data[:budget] if data is not None else None
         frames = [
             wire.frame(
-                (TAG_SYNC_PLAN, msg.epoch, plan.mode, plan.truncate_to, plan.snapshot_zxid, plan.log_base, data)
+                (TAG_SYNC_PLAN, msg.epoch, plan.mode, plan.truncate_to, plan.snapshot_zxid, plan.log_base, first)
             )
         ]
-        budget = r.config.max_frame // 2
+        if data is not None:
+            for off in range(budget, len(data), budget):
+                frames.append(wire.frame((TAG_SNAP_DATA, msg.epoch, data[off : off + budget])))
         chunk: list[Txn] = []
         size = 32
         for txn in plan.txns:
@@ -298,7 +304,15 @@ class Durable:
             ):
                 raise wire.FrameError(f"malformed SYNC_PLAN frame {wire._short(body)}")
             plan = SyncPlan(body[2], body[3], body[4], body[5], ())
-            self._plans[peer] = (body[1], plan, body[6], [])
+            self._plans[peer] = (body[1], plan, bytearray(body[6]) if body[6] is not None else None, [])
+            return True
+        if tag == TAG_SNAP_DATA:
+            if len(body) != 3 or not wire._u32(body[1]) or type(body[2]) is not bytes:
+                raise wire.FrameError(f"malformed SNAP_DATA frame {wire._short(body)}")
+            pending = self._plans.get(peer)
+            if pending is None or pending[0] != body[1] or pending[2] is None:
+                raise wire.FrameError("SNAP_DATA without its SNAP plan")
+            pending[2].extend(body[2])
             return True
         if tag == TAG_SYNC_TXNS:
             if len(body) != 4 or not wire._u32(body[1]) or body[2] not in (0, 1) or type(body[3]) is not tuple:
@@ -317,7 +331,8 @@ class Durable:
             if body[2] == 1:
                 del self._plans[peer]
                 epoch, plan, data, _ = pending
-                self._apply(conn, peer, epoch, plan._replace(txns=tuple(txns)), data)
+                snap = bytes(data) if data is not None else None
+                self._apply(conn, peer, epoch, plan._replace(txns=tuple(txns)), snap)
             return True
         if tag == TAG_KV_FORWARD:
             from zabd.server import kv_service
