@@ -40,7 +40,7 @@ from zabd.protocol.effects import (
     RoleChanged,
     Send,
 )
-from zabd.protocol.messages import AckEpoch, AckLeader, LookForLeader, NewLeader, Txn
+from zabd.protocol.messages import AckEpoch, AckLeader, LookForLeader, NewLeader, Propose, Txn
 from zabd.protocol.node import FOLLOWING, LEADING, ROLE_NAMES, Node, NotLeader
 from zabd.server import wire
 from zabd.server.config import ServerConfig
@@ -475,7 +475,16 @@ class Replica:
                 storage.replace_history(e.history)  # type: ignore[union-attr]
                 self._wseq += 1
             elif held or self._wseq > self._fseq:
-                held.append((self._wseq, e))
+                if not held and cls is Broadcast and type(e.msg) is Propose:  # type: ignore[union-attr]
+                    # A proposal is not an acknowledgement: like ZooKeeper, the
+                    # leader sends it while its own log write syncs, so the
+                    # leader's and the followers' fsyncs overlap. What makes a
+                    # commit visible (Commit, CommitTo: client answers) still
+                    # waits for the leader's flush, and nothing emitted earlier
+                    # is waiting (held is empty), so link order is unchanged.
+                    self._execute(e)
+                else:
+                    held.append((self._wseq, e))
             else:
                 self._execute(e)
         if self._wseq > self._fseq:
