@@ -16,7 +16,7 @@ from zabd.client.spawn import LocalCluster
 Factory = Callable[..., LocalCluster]
 
 
-async def _run(cluster: LocalCluster, seed: int, kills: int, budget_s: float) -> None:
+async def _run(cluster: LocalCluster, seed: int, kills: int, budget_s: float, snapshots: bool = False) -> None:
     rng = random.Random(seed)
     await cluster.wait_leader()
     load = Load(cluster)
@@ -30,6 +30,9 @@ async def _run(cluster: LocalCluster, seed: int, kills: int, budget_s: float) ->
     assert len(events) >= 1
     assert len(load.acked) > 50 and load.kv_acked, (len(load.acked), len(load.kv_acked))
     assert any(t.payload == b"final" for t in history)
+    if snapshots:  # background snapshots were taken (and nodes restarted with them) while killing
+        sts = await cluster.statuses()
+        assert any(st and st["snapshots"]["taken"] > 0 for st in sts.values()), sts
 
 
 async def test_sigkill_under_load_loses_nothing(disk_cluster: Factory) -> None:
@@ -39,4 +42,4 @@ async def test_sigkill_under_load_loses_nothing(disk_cluster: Factory) -> None:
 @pytest.mark.soak
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_sigkill_under_load_soak(disk_cluster: Factory, seed: int) -> None:
-    await _run(disk_cluster(3, extra={"snap_count": 2000}), seed=seed, kills=15, budget_s=300)
+    await _run(disk_cluster(3, extra={"snap_count": 2000}), seed=seed, kills=15, budget_s=300, snapshots=True)
