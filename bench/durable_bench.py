@@ -38,13 +38,17 @@ ZK_DIR = Path(os.environ.get("ZK_ANCHORS", ROOT.parent / "shared" / "anchors" / 
 SHAPES = [(1, 1), (8, 16), (8, 256)]
 
 
-def run_zabd(clients: int, window: int, fsync: bool, duration: float, warmup: float) -> dict[str, Any]:
+def run_zabd(
+    clients: int, window: int, fsync: bool, duration: float, warmup: float, early_propose: bool = False
+) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "zabd", "bench", "--spawn", "3", "--clients", str(clients), "--window", str(window),
         "--payload", "1024", "--duration", str(duration), "--warmup", str(warmup), "--json", "--no-progress",
     ]  # fmt: skip
     if not fsync:
         cmd.append("--no-fsync")
+    if early_propose:
+        cmd += ["--set", "leader_early_propose=true"]
     print("$ " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + warmup + 120, cwd=ROOT)
     if out.returncode != 0:
@@ -173,11 +177,12 @@ def main() -> int:
         "|---|---|---|---|---|---|---|---|",
     ]
     if args.only in (None, "zabd"):
-        for fsync in (True, False):
+        # strict persist-before-speak (the default), the opt-in early Propose, and no fsync
+        for fsync, early, label in ((True, False, "on"), (True, True, "on, early propose"), (False, False, "off")):
             for c, w in SHAPES:
-                r = run_zabd(c, w, fsync, args.duration, args.warmup)
-                raw[f"zabd-fsync{int(fsync)}-{c}x{w}"] = r
-                rows.append(zabd_row(f"zabd disk fsync={'on' if fsync else 'off'}", r))
+                r = run_zabd(c, w, fsync, args.duration, args.warmup, early)
+                raw[f"zabd-fsync{int(fsync)}-early{int(early)}-{c}x{w}"] = r
+                rows.append(zabd_row(f"zabd disk fsync={label}", r))
                 print(rows[-1], file=sys.stderr, flush=True)
     if args.only in (None, "zk") and not args.no_zk:
         for c, w in SHAPES:

@@ -1,7 +1,8 @@
-"""The leader sends a Propose while its own log write syncs (overlapping its
-fsync with the followers', as ZooKeeper does), but no commit becomes
-visible (Commit to followers, the client's answer) before that write is
-durable. A replica runs as leader in this process on real TCP and real
+"""By default the leader's Propose waits for its own log write to sync
+(persist before you speak). With leader_early_propose it leaves while that
+write syncs (overlapping the leader's fsync with the followers', as ZooKeeper
+does). Either way no commit becomes visible (Commit to followers, the
+client's answer) before the leader's write is durable. A replica runs as leader in this process on real TCP and real
 files; the test plays follower 2 and holds the leader's flushes back."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.durable.test_ack_durable import GatedDisk
 from tests.server.test_persist_before_speak import read_frames, send
@@ -24,7 +27,8 @@ from zabd.storage.disk import DiskStorage
 from zabd.storage.txnlog import iter_records
 
 
-async def test_propose_overlaps_the_leader_fsync_commit_waits_for_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("early", [False, True], ids=["strict-default", "early-propose"])
+async def test_commit_waits_for_the_leader_fsync(tmp_path: Path, early: bool) -> None:
     p1, p2, p3, c1 = free_ports(4)
     data = str(tmp_path / "d1")
     # node 1 has a txn of epoch 1, so it wins the election against an empty node 2
@@ -40,6 +44,7 @@ async def test_propose_overlaps_the_leader_fsync_commit_waits_for_it(tmp_path: P
         client=f"127.0.0.1:{c1}",
         connect_grace_ms=0,
         data_dir=data,
+        leader_early_propose=early,
     )
     conn: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
 
@@ -79,9 +84,23 @@ async def test_propose_overlaps_the_leader_fsync_commit_waits_for_it(tmp_path: P
         storage.open = False  # from now on each flush waits for the gate
         z = zx.make(epoch, 1)
         answer = asyncio.ensure_future(client.propose(b"new"))
-        prop = await until(lambda f: f[0] == 6, 2.0)
-        assert prop[1][0] == z  # the Propose left before the leader's flush
-        assert [r.zxid for r in iter_records(data)][-1] == zx.make(1, 1)  # not even written yet
+        if not early:
+            frames.extend(await read_frames(reader, 0.4))
+            assert not any(f[0] == 6 for f in frames), "Propose left before the leader's fsync"
+            storage.gate.set()  # the leader's append syncs; now the Propose may leave
+            prop = await until(lambda f: f[0] == 6, 5.0)
+            assert prop[1][0] == z
+            assert [r.zxid for r in iter_records(data)][-1] == z
+            storage.open = True  # the leader's copy is durable: the commit may now follow
+            send(writer, (7, z))
+            assert await asyncio.wait_for(answer, 5) == z
+            await until(lambda f: f[0] == 8 and f[1] == z, 2.0)
+            writer.close()
+            return
+        else:
+            prop = await until(lambda f: f[0] == 6, 2.0)
+            assert prop[1][0] == z  # the Propose left before the leader's flush
+            assert [r.zxid for r in iter_records(data)][-1] == zx.make(1, 1)  # not even written yet
         send(writer, (7, z))  # Ack from us: a quorum (leader + node 2), but the leader's copy is not durable
         frames.extend(await read_frames(reader, 0.4))
         assert not any(f[0] == 8 and f[1] >= z for f in frames), "Commit before the leader's fsync"

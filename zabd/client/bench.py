@@ -350,7 +350,7 @@ def main(argv: list[str]) -> int:
         extra: dict[str, Any] = {}
         for item in args.set:
             key, _, value = item.partition("=")
-            extra[key] = int(value) if value.isdigit() else value
+            extra[key] = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
         cluster = LocalCluster(
             args.spawn, storage=args.storage, fsync=not args.no_fsync, log_level="warning", extra=extra
         )

@@ -91,7 +91,12 @@ class LocalCluster:
                 f'log_level = "{self.log_level}"',
             ]
             for key, value in self.extra.items():
-                lines.append(f"{key} = {value!r}" if not isinstance(value, str) else f'{key} = "{value}"')
+                if isinstance(value, bool):  # before int: bool is an int, and TOML spells it lowercase
+                    lines.append(f"{key} = {'true' if value else 'false'}")
+                elif isinstance(value, str):
+                    lines.append(f'{key} = "{value}"')
+                else:
+                    lines.append(f"{key} = {value!r}")
             lines.append("[peers]")
             for j in range(1, self.n + 1):
                 lines.append(f'{j} = "127.0.0.1:{self.peer_ports[j]}"')

@@ -52,6 +52,10 @@ class ServerConfig(BaseModel):
     # disk: the durable log in data_dir (zabd/storage); memory keeps nothing across restarts
     storage: Literal["memory", "disk"] = "disk"
     fsync: bool = True  # false: benchmarks only (a crash can lose acknowledged writes); warned at start
+    # true: the leader's Broadcast(Propose) may leave while its own append syncs, as ZooKeeper's
+    # leader does (a proposal acknowledges nothing; Commit and client answers still wait for the
+    # sync). Off by default: every send that follows a persist waits for it ("persist before you speak").
+    leader_early_propose: bool = False
     # kv: committed txns are applied to the key-value store (zabd/kv); none: the log is the state
     state_machine: Literal["kv", "none"] = "kv"
     # a background snapshot every snap_count/2 + rand(snap_count/2) applied txns (disk storage)

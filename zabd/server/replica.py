@@ -463,6 +463,7 @@ class Replica:
     def _apply(self, effects: list[Effect]) -> None:
         storage = self.storage
         held = self._held
+        early_propose = self.config.leader_early_propose
         for e in effects:
             cls = type(e)
             if cls is AppendTxn:
@@ -475,9 +476,9 @@ class Replica:
                 storage.replace_history(e.history)  # type: ignore[union-attr]
                 self._wseq += 1
             elif held or self._wseq > self._fseq:
-                if not held and cls is Broadcast and type(e.msg) is Propose:  # type: ignore[union-attr]
-                    # A proposal is not an acknowledgement: like ZooKeeper, the
-                    # leader sends it while its own log write syncs, so the
+                if early_propose and not held and cls is Broadcast and type(e.msg) is Propose:  # type: ignore[union-attr]
+                    # Opt-in (leader_early_propose). A proposal is not an
+                    # acknowledgement: like ZooKeeper, the leader sends it while its own log write syncs, so the
                     # leader's and the followers' fsyncs overlap. What makes a
                     # commit visible (Commit, CommitTo: client answers) still
                     # waits for the leader's flush, and nothing emitted earlier
