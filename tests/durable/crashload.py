@@ -7,59 +7,12 @@ import random
 import time
 from collections import Counter
 
-from zabd.client import Client, ZabdError
+from tests.loadgen import Load
+from zabd.client import Client
 from zabd.client.spawn import LocalCluster
 from zabd.protocol.messages import Txn
 
-
-class Load:
-    """Bounded proposals and KV puts through every node; remembers what was
-    acknowledged (the client saw the commit)."""
-
-    def __init__(self, cluster: LocalCluster, workers_per_node: int = 2, limit: int = 200_000) -> None:
-        self.cluster = cluster
-        self.workers = workers_per_node
-        self.limit = limit
-        self.acked: dict[int, bytes] = {}  # zxid -> raw payload
-        self.kv_acked: dict[str, bytes] = {}
-        self.sent = 0
-        self.errors = 0
-        self.stop = asyncio.Event()
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def _worker(self, node: int, k: int) -> None:
-        client: Client | None = None
-        while not self.stop.is_set() and self.sent < self.limit:
-            try:
-                if client is None:
-                    client = await Client.connect(self.cluster.client_addr(node), timeout=3.0)
-                self.sent += 1
-                n = self.sent
-                if n % 3 == 0:
-                    key, value = f"k{node}-{k}-{n}", b"v%d" % n
-                    await client.put(key, value)
-                    self.kv_acked[key] = value
-                else:
-                    payload = f"n{node}-w{k}-{n}".encode()
-                    z = await client.propose(payload)
-                    self.acked[z] = payload
-            except (ZabdError, OSError, TimeoutError):
-                self.errors += 1
-                if client is not None:
-                    await client.close()
-                client = None
-                await asyncio.sleep(0.05)
-        if client is not None:
-            await client.close()
-
-    def start(self) -> None:
-        for i in range(1, self.cluster.n + 1):
-            for k in range(self.workers):
-                self.tasks.append(asyncio.ensure_future(self._worker(i, k)))
-
-    async def finish(self) -> None:
-        self.stop.set()
-        await asyncio.gather(*self.tasks)
+__all__ = ["Load", "check_consistent", "kill_restart_cycle", "read_history"]
 
 
 async def read_history(cluster: LocalCluster, i: int) -> list[Txn]:

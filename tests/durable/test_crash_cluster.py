@@ -19,7 +19,7 @@ Factory = Callable[..., LocalCluster]
 async def _run(cluster: LocalCluster, seed: int, kills: int, budget_s: float, snapshots: bool = False) -> None:
     rng = random.Random(seed)
     await cluster.wait_leader()
-    load = Load(cluster)
+    load = Load(cluster, window=2, limit=200_000, kv_every=3)
     load.start()
     try:
         events = await kill_restart_cycle(cluster, rng, kills, time.monotonic() + budget_s)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.loadgen import Load
 from zabd.client import Client, ZabdError
 from zabd.client.spawn import LocalCluster
 from zabd.protocol.messages import Txn
@@ -23,50 +24,6 @@ async def read_logs(cluster: LocalCluster, nodes: list[int]) -> dict[int, list[T
         async with await Client.connect(cluster.client_addr(i)) as c:
             out[i] = await c.read_all()
     return out
-
-
-class Load:
-    """Bounded background proposals through every live node; remembers what
-    was acknowledged."""
-
-    def __init__(self, cluster: LocalCluster, nodes: list[int], window: int = 8, limit: int = 300_000) -> None:
-        self.cluster = cluster
-        self.nodes = nodes
-        self.window = window
-        self.limit = limit
-        self.acked: dict[int, bytes] = {}
-        self.errors = 0
-        self.sent = 0
-        self.stop = asyncio.Event()
-        self.tasks: list[asyncio.Task[None]] = []
-
-    async def _worker(self, node: int, k: int) -> None:
-        client: Client | None = None
-        while not self.stop.is_set() and self.sent < self.limit:
-            try:
-                if client is None:
-                    client = await Client.connect(self.cluster.client_addr(node), timeout=3.0)
-                self.sent += 1
-                payload = f"n{node}-w{k}-{self.sent}".encode()
-                z = await client.propose(payload)
-                self.acked[z] = payload
-            except (ZabdError, OSError, TimeoutError):
-                self.errors += 1
-                if client is not None:
-                    await client.close()
-                client = None
-                await asyncio.sleep(0.05)
-        if client is not None:
-            await client.close()
-
-    def start(self) -> None:
-        for node in self.nodes:
-            for k in range(self.window):
-                self.tasks.append(asyncio.create_task(self._worker(node, k)))
-
-    async def finish(self) -> None:
-        self.stop.set()
-        await asyncio.wait_for(asyncio.gather(*self.tasks), 30)
 
 
 def assert_same_logs(logs: dict[int, list[Txn]], acked: dict[int, bytes] | None = None) -> None:

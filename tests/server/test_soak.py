@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.server.test_cluster import FAILOVER_TICK_MS, Load, assert_same_logs, read_logs
+from tests.loadgen import Load
+from tests.server.test_cluster import FAILOVER_TICK_MS, assert_same_logs, read_logs
 from zabd.client.spawn import LocalCluster
 
 Factory = Callable[..., LocalCluster]
