@@ -113,22 +113,22 @@ def write_plots(dist: Sequence[dict[str, Any]], out_dir: str) -> list[str]:
     import matplotlib.pyplot as plt
 
     caption = "boxes: 25-75 %, whiskers: 5-95 % of scenarios (Spark approximate quantiles)"
+    panels = (
+        ("latency.png", "Commit latency",
+         (("latency_p50", "commit latency p50 per scenario", "ticks"),
+          ("latency_p99", "commit latency p99 per scenario", "ticks"))),
+        ("election.png", "Election time",
+         (("first_leader_tick", "ticks to the first established leader", "ticks"),
+          ("elections", "leaders established per run", "elections"))),
+    )  # fmt: skip
     paths = []
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    _boxes_panel(axes[0], dist, "latency_p50", "commit latency p50 per scenario", "ticks")
-    _boxes_panel(axes[1], dist, "latency_p99", "commit latency p99 per scenario", "ticks")
-    fig.suptitle("Commit latency by cluster size and fault rate\n" + caption, fontsize="medium")
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "latency.png"))
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    _boxes_panel(axes[0], dist, "first_leader_tick", "ticks to the first established leader", "ticks")
-    _boxes_panel(axes[1], dist, "elections", "leaders established per run", "elections")
-    fig.suptitle("Election time by cluster size and fault rate\n" + caption, fontsize="medium")
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "election.png"))
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    for name, title, columns in panels:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        for ax, (column, label, unit) in zip(axes, columns, strict=True):
+            _boxes_panel(ax, dist, column, label, unit)
+        fig.suptitle(f"{title} by cluster size and fault rate\n" + caption, fontsize="medium")
+        fig.tight_layout()
+        paths.append(os.path.join(out_dir, name))
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
     return paths

@@ -230,14 +230,7 @@ class Durable:
         if plan.mode == SNAP:
             data = self.machine.snapshot() if self.machine is not None else b""
         self.sent[plan.mode] += 1
-        self.log.info(
-            "sync sent",
-            peer=peer,
-            mode=plan.mode,
-            truncate_to=zx.fmt(plan.truncate_to),
-            snapshot_zxid=zx.fmt(plan.snapshot_zxid),
-            txns=len(plan.txns),
-        )
+        self._log_plan("sync sent", peer, plan)
         budget = r.config.max_frame // 2
         # a snapshot larger than a frame travels in SNAP_DATA parts after the plan
         first = data[:budget] if data is not None else None
@@ -367,15 +360,18 @@ class Durable:
                 conn.abort()
                 return
         self.received[plan.mode] += 1
+        self._log_plan("sync received", peer, plan)
+        node.on_message(peer, NewLeader(epoch, tuple(history)), r.now())
+
+    def _log_plan(self, event: str, peer: int, plan: SyncPlan) -> None:
         self.log.info(
-            "sync received",
+            event,
             peer=peer,
             mode=plan.mode,
             truncate_to=zx.fmt(plan.truncate_to),
             snapshot_zxid=zx.fmt(plan.snapshot_zxid),
             txns=len(plan.txns),
         )
-        node.on_message(peer, NewLeader(epoch, tuple(history)), r.now())
 
     def _install(self, plan: SyncPlan, data: bytes) -> None:
         r = self.r
