@@ -137,8 +137,53 @@ def test_link_failed_marks_resync_only_at_an_established_leader() -> None:
     node.link_failed(2, 12)
     assert node.needs_sync == {2}
     f = follower()
+    f.link_failed(2, 12)  # not its leader: nothing
+    assert not f.leader_lost
     f.link_failed(3, 12)
-    assert f.role == FOLLOWING
+    assert f.role == FOLLOWING  # link_failed never changes the role itself
+
+
+def test_a_follower_that_loses_its_leader_link_elects_at_its_next_tick() -> None:
+    f = follower(t=10)
+    f.link_failed(3, 12)
+    assert f.leader_lost and f.wake == 12  # a driver must tick it now
+    f.on_message(3, Commit(0), 12)  # resets the deadline, not the loss
+    assert f.wake == 12
+    f.take_effects()
+    f.on_tick(12)
+    assert f.role == LOOKING and not f.leader_lost
+    assert sends(f.take_effects()) == [Broadcast(LookForLeader(1, 0, 1)), Broadcast(Vote(1, 0, 1, 1))]
+
+
+def test_link_failed_at_a_looking_node_does_nothing() -> None:
+    node = looking(1, 3)
+    node.link_failed(2, 5)
+    assert not node.leader_lost and node.wake > 5
+
+
+def test_every_role_change_clears_leader_lost() -> None:
+    f = follower(t=10)
+    f.link_failed(3, 11)
+    f.on_message(2, NewEpoch(5), 11)  # follows 2 now
+    assert f.leader == 2 and not f.leader_lost
+
+
+def test_a_drop_before_a_role_change_in_the_same_batch_is_a_no_op() -> None:
+    # Node 1 votes for 2 (a Vote broadcast) and follows 2 in the same handler;
+    # the spec's link_failed at the drop saw a Looking node, and the change to
+    # Following cleared what it would have set.
+    node = looking(1, 3)
+    node.on_message(2, Vote(0, 0, 0, 2), 5)
+    effects = node.take_effects()
+    assert node.role == FOLLOWING and node.leader == 2
+    vote_at = effects.index(Broadcast(Vote(0, 0, 0, 2)))
+    node.send_dropped(vote_at, 2, 5)
+    assert not node.leader_lost
+    node.on_message(2, NewEpoch(1), 6)
+    effects = node.take_effects()
+    ack_at = effects.index(Send(2, AckEpoch(1, 0, 0)))
+    node.send_dropped(ack_at, 2, 6)  # after the change: a real loss of the leader
+    assert node.leader_lost
 
 
 def test_resync_heartbeat_sends_history_to_the_broken_link_only() -> None:
@@ -187,6 +232,16 @@ def test_look_for_leader_at_a_looking_node_counts_as_a_vote_for_the_sender() -> 
     node = looking(3, 3)
     node.on_message(1, LookForLeader(0, 0, 0), 5)
     assert node.view[1] == 1
+
+
+def test_a_looking_node_answers_a_look_for_leader_with_its_own_vote() -> None:
+    node = looking(3, 5)
+    node.on_message(1, LookForLeader(0, 0, 0), 5)  # 1 ranks below 3's own vote
+    assert sends(node.take_effects()) == [Send(1, Vote(0, 0, 0, 3))]
+    node.on_message(4, LookForLeader(0, 0, 0), 6)  # 4 ranks above: adopted and broadcast, no answer
+    assert sends(node.take_effects()) == [Broadcast(Vote(0, 0, 0, 4))]
+    node.on_message(4, Vote(0, 0, 0, 4), 7)  # a Vote is never answered
+    assert sends(node.take_effects()) == []
 
 
 def test_look_for_leader_at_a_follower_answers_with_its_vote() -> None:

@@ -82,6 +82,7 @@ class Node:
         "role",
         "leader",
         "in_sync",
+        "leader_lost",
         # election
         "target",
         "view",
@@ -104,6 +105,8 @@ class Node:
         # output
         "effects",
         "_announced",
+        "_transition_at",
+        "_taken_transition_at",
     )
 
     def __init__(self, node_id: int, peers: Sequence[int], seed: int) -> None:
@@ -119,6 +122,8 @@ class Node:
         self.history: list[Txn] = []
         self.last_committed = zx.ZERO
         self.effects: list[Effect] = []
+        self._transition_at = 0
+        self._taken_transition_at = 0
         self._reset_volatile()
 
     # ------------------------------------------------------------------ state
@@ -129,6 +134,7 @@ class Node:
         self.role = LOOKING
         self.leader = NO_LEADER
         self.in_sync = False
+        self.leader_lost = False
         self.target: tuple[int, int, int] = (0, zx.ZERO, self.id)
         self.view: dict[int, int] = {}
         self.max_epoch_seen = 0
@@ -173,6 +179,7 @@ class Node:
         """Lose all volatile state; persistent fields are kept."""
         self._reset_volatile()
         self.effects.clear()
+        self._transition_at = self._taken_transition_at = 0
 
     def restart(self, t: int) -> None:
         """Come back up; the node starts an election at its next tick."""
@@ -183,7 +190,15 @@ class Node:
     def take_effects(self) -> list[Effect]:
         effects = self.effects
         self.effects = []
+        self._taken_transition_at = self._transition_at
+        self._transition_at = 0
         return effects
+
+    def _transition(self) -> None:
+        """Every role change clears ``leader_lost`` and ``needs_sync``; remember
+        where in the pending effects it happened (see ``send_dropped``)."""
+        self.leader_lost = False
+        self._transition_at = len(self.effects)
 
     def last_zxid(self) -> int:
         h = self.history
@@ -232,7 +247,9 @@ class Node:
         # Lazy: remember when, and use the lower bound t + 150 until the exact
         # value (t + 150 + jitter) is needed.
         self._deadline_from = t
-        self.election_deadline = self.wake = t + ELECTION_TIMEOUT
+        self.election_deadline = t + ELECTION_TIMEOUT
+        # a lost leader still calls for an election at the next tick
+        self.wake = t if self.leader_lost else self.election_deadline
 
     def _exact_deadline(self) -> int:
         if self._deadline_from >= 0:
@@ -248,6 +265,9 @@ class Node:
     def on_tick(self, t: int) -> None:
         if self.role == LEADING:
             self._leader_tick(t)
+            return
+        if self.leader_lost:
+            self.start_election(t)
             return
         if t < self.election_deadline:
             return
@@ -305,9 +325,30 @@ class Node:
                     self._send(f, Commit(self.last_committed))
 
     def link_failed(self, peer: int, t: int) -> None:
-        """The link to ``peer`` broke (a dropped send, a lost connection)."""
+        """The link to ``peer`` broke (a dropped send, a lost connection).
+
+        A follower that loses its leader starts an election at its next
+        ``on_tick`` (v1.4), as ZooKeeper's follower does when its socket to the
+        leader closes; ``wake`` drops to ``t`` so that a driver ticks it."""
         if self.role == LEADING and self.discovered:
             self.needs_sync.add(peer)
+        elif self.role == FOLLOWING and peer == self.leader:
+            self.leader_lost = True
+            self.wake = t
+
+    def send_dropped(self, index: int, peer: int, t: int) -> None:
+        """The send at ``index`` of the effects last taken never reached ``peer``.
+
+        The spec calls ``link_failed`` right after the drop, in the middle of
+        the handler; a driver of effects only learns of it afterwards. The two
+        agree unless the role changed after that send in the same batch (a
+        Looking node that votes and then follows): every change clears what
+        ``link_failed`` sets, so such a drop is a no-op. ``index`` counts in the
+        list the last ``take_effects`` returned; call this before the node
+        handles anything else.
+        """
+        if index >= self._taken_transition_at:
+            self.link_failed(peer, t)
 
     # --------------------------------------------------------------- election
 
@@ -315,6 +356,7 @@ class Node:
         self.role = LOOKING
         self.leader = NO_LEADER
         self.in_sync = False
+        self._transition()
         self._clear_leader_state()
         last = self.last_zxid()
         self.target = (self.current_epoch, last, self.id)
@@ -329,6 +371,13 @@ class Node:
     def _on_look_for_leader(self, v: int, m: LookForLeader, t: int) -> None:
         if self.role == LOOKING:
             self._on_vote(v, m.epoch, m.last_zxid, m.accepted, v, t)
+            # v1.4: answer a peer we do not vote for with our vote, as
+            # ZooKeeper's FLE answers a lagging peer. Without it, a node that
+            # starts looking after the others already did is never told who
+            # they chose and waits out a second timeout. Only a LookForLeader
+            # is answered, never a Vote, so two nodes cannot bounce votes.
+            if self.role == LOOKING and self.target[2] != v:
+                self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.target[2]))
             return
         self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.leader))
         if self.role == LEADING:
@@ -368,6 +417,7 @@ class Node:
         self.role = FOLLOWING
         self.leader = leader
         self.in_sync = False
+        self._transition()
         self._clear_leader_state()
         self.reset_deadline(t)
         self._announce()
@@ -384,6 +434,7 @@ class Node:
         self.role = LEADING
         self.leader = self.id
         self.in_sync = False
+        self._transition()
         self._clear_leader_state()
         self.pending_epoch = max(self.accepted_epoch, self.current_epoch, self.max_epoch_seen) + 1
         if self.pending_epoch > zx.U32_MAX:

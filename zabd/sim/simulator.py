@@ -118,10 +118,9 @@ class Simulator:
     def _flush(self, node: Node, t: int) -> None:
         """Carry out a node's effects: sends go on the heap (section 4, with
         section 12's drops); persist effects are instantaneous here."""
-        effects = node.effects
-        if not effects:
+        if not node.effects:
             return
-        node.effects = []
+        effects = node.take_effects()
         if self.observer is not None:
             self.observer(t, node, effects)
         src = node.id
@@ -134,8 +133,8 @@ class Simulator:
         heap = self.heap
         cuts = self.cuts
         seq = self.seq
-        failed: list[int] | None = None
-        for eff in effects:
+        failed: list[tuple[int, int]] | None = None
+        for index, eff in enumerate(effects):
             cls = type(eff)
             msg: Message
             if cls is Broadcast:
@@ -150,7 +149,7 @@ class Simulator:
                 if blocked[dst] or not up[dst] or (cuts and self._cut(src, dst, t)):
                     if failed is None:
                         failed = []
-                    failed.append(dst)
+                    failed.append((index, dst))
                     continue
                 # mix() inlined: this is the hottest line of the simulator
                 z = ((base ^ dst) + 0x9E3779B97F4A7C15) & MASK64
@@ -166,11 +165,10 @@ class Simulator:
         self.seq = seq
         if failed is not None:
             self.stats.messages_dropped += len(failed)
-            # Deferred until the handler returned: link_failed only reads
-            # (role, discovered), which no handler changes after a send that
-            # could be dropped, so this equals calling it at the drop.
-            for dst in failed:
-                node.link_failed(dst, t)
+            # Reported after the handler returned; send_dropped makes that
+            # equal to calling link_failed at the drop (spec section 5).
+            for index, dst in failed:
+                node.send_dropped(index, dst, t)
 
     # ------------------------------------------------------------------- loop
 
@@ -203,6 +201,12 @@ class Simulator:
                         if self.observer is not None:
                             # a crash ends any role; observers see it like a role change
                             self.observer(t, node, [RoleChanged(LOOKING, NO_LEADER, node.current_epoch, PHASE_NONE)])
+                        # v1.4: the crash resets every live peer's connection to it
+                        for peer in nodes:
+                            if peer is not node and up[peer.id]:
+                                peer.link_failed(ev.node, t)
+                                if peer.wake < min_wake:
+                                    min_wake = peer.wake
                     else:
                         up[ev.node] = True
                         self.incarnation[ev.node] += 1
@@ -235,9 +239,13 @@ class Simulator:
                 node.on_message(src, msg, t)
                 if node.effects:
                     self._flush(node, t)
-            # step 4. Handlers at tick t only ever set wakes above t, so
-            # min_wake (taken at the end of the previous visited tick, lowered
-            # by restarts) tells whether any node can act now.
+                    # a dropped send can make a follower tick at t (v1.4)
+                    if node.wake < min_wake:
+                        min_wake = node.wake
+            # step 4. Handlers at tick t set wakes above t, except a link
+            # failure (wake = t); min_wake, taken at the end of the previous
+            # visited tick and lowered by restarts and link failures, tells
+            # whether any node can act now.
             if t >= min_wake or not skip:
                 for node in nodes:
                     if up[node.id] and (t >= node.wake or not skip):
