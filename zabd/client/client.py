@@ -30,19 +30,53 @@ DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
 
 class ZabdError(Exception):
-    """An error answer from the server (``code`` is one of the schema's codes)."""
+    """An error from the cluster (``code`` is one of the schema's codes, or
+    ``connection_lost`` / ``timeout`` from this library).
 
-    def __init__(self, code: str, message: str, retryable: bool = False, leader: int = 0) -> None:
+    ``retryable``: trying again can succeed. ``applied`` says what became of
+    a write: False when it certainly did not happen (safe to send again),
+    None when nobody can know (:class:`OutcomeUnknown`), True never here."""
+
+    def __init__(
+        self, code: str, message: str, retryable: bool = False, leader: int = 0, applied: bool | None = False
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.retryable = retryable
         self.leader = leader
+        self.applied = applied
 
 
 class ConnectionLost(ZabdError):
+    """No answer will come on this connection (closed, reset, unreachable)."""
+
     def __init__(self, message: str) -> None:
-        super().__init__("connection_lost", message, retryable=True)
+        super().__init__("connection_lost", message, retryable=True, applied=None)
+
+
+class RequestTimeout(ZabdError):
+    def __init__(self, seconds: float) -> None:
+        super().__init__("timeout", f"no answer within {seconds:g} s", retryable=True, applied=None)
+
+
+class OutcomeUnknown(ZabdError):
+    """A write was sent and its fate is unknown: the leader or the connection
+    was lost before the answer. It may or may not commit. The library never
+    retries it on its own: a retry could apply it twice."""
+
+    def __init__(self, cause: ZabdError) -> None:
+        super().__init__(
+            cause.code, f"{cause.message} (the write may or may not have been applied)", True, cause.leader, None
+        )
+        self.__cause__ = cause
+
+
+# Error codes after which a request certainly did nothing: safe to send again.
+NOT_APPLIED = frozenset({schema.NO_LEADER, schema.OVERLOADED, schema.SHUTTING_DOWN})
+RETRY_BACKOFF_MIN = 0.005
+RETRY_BACKOFF_MAX = 0.2
+DEFAULT_READ_RETRY = 10.0
 
 
 def parse_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -136,44 +170,75 @@ def _check(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ZabdError("bad_response", f"unexpected response {body!r:.80}")
     if not body.get("ok"):
+        code = str(body.get("error", "error"))
         raise ZabdError(
-            str(body.get("error", "error")),
+            code,
             str(body.get("message", "")),
             bool(body.get("retryable", False)),
             int(body.get("leader", 0) or 0),
+            applied=False if code in NOT_APPLIED or not body.get("retryable") else None,
         )
     return body
 
 
 class Client:
-    """One connection to one server of the cluster (the first that answers)."""
+    """A connection to one server of the cluster at a time.
 
-    def __init__(self, servers: list[tuple[str, int]], timeout: float, max_frame: int) -> None:
+    Calls that change nothing (``status``, ``get``, ``sync``, ``read``,
+    ``watch``) ride a failover: when the server goes away, times out or has no
+    leader, they are sent again, to the next server on a lost connection,
+    for up to ``read_retry`` seconds. Writes (``propose``, ``put``, ``cas``,
+    ``delete``) are sent again only when they certainly did nothing (no
+    leader, overloaded, shutting down, or no connection could be opened), and
+    only for their ``retry_for`` seconds (default 0: fail fast with a
+    retryable :class:`ZabdError`). A write whose fate is unknown raises
+    :class:`OutcomeUnknown` at once: never a success it cannot vouch for.
+    """
+
+    def __init__(self, servers: list[tuple[str, int]], timeout: float, max_frame: int, read_retry: float) -> None:
         self.servers = servers
         self.timeout = timeout
         self.max_frame = max_frame
+        self.read_retry = read_retry
         self.proto: _Proto | None = None
         self.server: tuple[str, int] | None = None
+        self._next_server = 0
         self._ids = itertools.count(1)
 
     @classmethod
     async def connect(
-        cls, servers: str | Sequence[str], timeout: float = 5.0, max_frame: int = DEFAULT_MAX_FRAME
+        cls,
+        servers: str | Sequence[str],
+        timeout: float = 5.0,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        read_retry: float = DEFAULT_READ_RETRY,
     ) -> Client:
-        client = cls(parse_servers(servers), timeout, max_frame)
+        client = cls(parse_servers(servers), timeout, max_frame, read_retry)
         await client._reconnect()
         return client
 
     async def _reconnect(self) -> None:
+        """Open a connection to the next server in the list that answers,
+        starting after the one used last (a failed server is tried last)."""
         errors = []
-        for host, port in self.servers:
+        n = len(self.servers)
+        for k in range(n):
+            host, port = self.servers[(self._next_server + k) % n]
             try:
                 self.proto = await _open(host, port, self.timeout, self.max_frame)
-                self.server = (host, port)
-                return
             except (OSError, TimeoutError) as exc:
-                errors.append(f"{host}:{port}: {exc}")
+                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            self.server = (host, port)
+            self._next_server = (self._next_server + k + 1) % n
+            return
         raise ConnectionLost("no server reachable (" + "; ".join(errors) + ")")
+
+    def _drop(self) -> None:
+        """Forget the current connection: the next call opens another."""
+        if self.proto is not None and self.proto.transport is not None:
+            self.proto.transport.abort()
+        self.proto = None
 
     async def close(self) -> None:
         if self.proto is not None and self.proto.transport is not None:
@@ -187,76 +252,99 @@ class Client:
         await self.close()
 
     async def _call(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One attempt. A ``ConnectionLost`` raised before the request left
+        (no connection could be opened) has ``applied`` False."""
         if self.proto is None or self.proto.error is not None:
-            await self._reconnect()
+            try:
+                await self._reconnect()
+            except ConnectionLost as exc:
+                exc.applied = False
+                raise
         assert self.proto is not None
-        fut = self.proto.send(body)
-        return _check(await asyncio.wait_for(fut, self.timeout))
+        proto = self.proto
+        fut = proto.send({**body, "id": next(self._ids)})
+        try:
+            return _check(await asyncio.wait_for(fut, self.timeout))
+        except TimeoutError:
+            if proto is self.proto:
+                self._drop()  # answers on this connection would now come out of order
+            raise RequestTimeout(self.timeout) from None
+        except ConnectionLost:
+            if proto is self.proto:
+                self.proto = None
+            raise
 
-    async def propose(self, payload: bytes, *, retry_for: float = 0.0) -> int:
-        """Order ``payload``; returns its zxid once committed. ``no_leader``
-        (nothing was proposed) is retried for up to ``retry_for`` seconds."""
+    async def _retrying(self, body: dict[str, Any], retry_for: float, write: bool) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + retry_for
+        backoff = RETRY_BACKOFF_MIN
         while True:
             try:
-                body = await self._call({"v": 1, "type": "propose", "id": next(self._ids), "payload": payload})
-                return int(body["zxid"])
+                return await self._call(body)
             except ZabdError as exc:
-                if exc.code != schema.NO_LEADER or loop.time() >= deadline:
+                if write and exc.applied is None:
+                    raise OutcomeUnknown(exc) from None
+                remaining = deadline - loop.time()
+                if not exc.retryable or remaining <= 0:
                     raise
-            await asyncio.sleep(0.1)
+                if isinstance(exc, ConnectionLost | RequestTimeout):
+                    self._drop()
+            await asyncio.sleep(min(backoff, remaining))  # the last try at the deadline
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX)
+
+    async def _read(self, body: dict[str, Any]) -> dict[str, Any]:
+        return await self._retrying(body, self.read_retry, write=False)
+
+    async def _write(self, body: dict[str, Any], retry_for: float) -> dict[str, Any]:
+        return await self._retrying(body, retry_for, write=True)
+
+    async def propose(self, payload: bytes, *, retry_for: float = 0.0) -> int:
+        """Order ``payload``; returns its zxid once committed."""
+        body = await self._write({"v": 1, "type": "propose", "payload": payload}, retry_for)
+        return int(body["zxid"])
 
     # ------------------------------------------------------- key-value calls
 
-    async def _kv(self, body: dict[str, Any], retry_for: float) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + retry_for
-        while True:
-            try:
-                return await self._call({"v": 1, "id": next(self._ids), **body})
-            except ZabdError as exc:
-                if exc.code != schema.NO_LEADER or loop.time() >= deadline:
-                    raise
-            await asyncio.sleep(0.1)
-
     async def put(self, key: str, value: bytes, *, retry_for: float = 0.0) -> schema.KVWriteResult:
         """Set ``key``; returns the commit zxid and the key's new version."""
-        body = await self._kv({"type": "put", "key": key, "value": value}, retry_for)
+        body = await self._write({"v": 1, "type": "put", "key": key, "value": value}, retry_for)
         return schema.KVWriteResult.model_validate(body)
 
     async def cas(self, key: str, version: int, value: bytes, *, retry_for: float = 0.0) -> schema.KVWriteResult:
         """Set ``key`` if its version is ``version`` (0: only if absent); else
         ZabdError ``bad_version`` (its ``version`` attribute is not set: read it with get)."""
-        body = await self._kv({"type": "cas", "key": key, "version": version, "value": value}, retry_for)
+        body = await self._write({"v": 1, "type": "cas", "key": key, "version": version, "value": value}, retry_for)
         return schema.KVWriteResult.model_validate(body)
 
     async def delete(self, key: str, version: int = -1, *, retry_for: float = 0.0) -> schema.KVWriteResult:
-        body = await self._kv({"type": "delete", "key": key, "version": version}, retry_for)
+        body = await self._write({"v": 1, "type": "delete", "key": key, "version": version}, retry_for)
         return schema.KVWriteResult.model_validate(body)
 
     async def get(self, key: str) -> schema.GetResult:
         """The value on the server this client talks to (``value`` None if
         absent). Call :meth:`sync` first to see every write acknowledged
         anywhere before it."""
-        body = await self._call({"v": 1, "type": "get", "id": next(self._ids), "key": key})
+        body = await self._read({"v": 1, "type": "get", "key": key})
         return schema.GetResult.model_validate(body)
 
-    async def sync(self, *, retry_for: float = 0.0) -> int:
+    async def sync(self, *, retry_for: float | None = None) -> int:
         """Wait until this server has applied the leader's commit point as of
-        now; returns that zxid."""
-        body = await self._kv({"type": "sync"}, retry_for)
+        now; returns that zxid. Retried like every call that changes nothing,
+        for ``retry_for`` seconds if given, else ``read_retry``."""
+        body = await self._retrying(
+            {"v": 1, "type": "sync"}, self.read_retry if retry_for is None else retry_for, False
+        )
         return int(body["zxid"])
 
     async def status(self) -> schema.NodeStatus:
-        body = await self._call({"v": 1, "type": "status", "id": next(self._ids)})
+        body = await self._read({"v": 1, "type": "status"})
         return schema.NodeStatus.model_validate(body["status"])
 
     async def read_page(self, from_zxid: int = 0, limit: int = 1000) -> tuple[list[Txn], int]:
         """Up to ``limit`` committed transactions with zxid >= ``from_zxid``
         (fewer if they would not fit in one frame), and the server's commit
         point when it answered."""
-        body = await self._call({"v": 1, "type": "read", "id": next(self._ids), "from_zxid": from_zxid, "limit": limit})
+        body = await self._read({"v": 1, "type": "read", "from_zxid": from_zxid, "limit": limit})
         return [Txn(int(z), bytes(p)) for z, p in body["txns"]], int(body["last_committed"])
 
     async def read(self, from_zxid: int = 0, limit: int = 1000) -> list[Txn]:
@@ -274,20 +362,51 @@ class Client:
             from_zxid = txns[-1].zxid + 1
 
     async def watch(self, from_zxid: int = 0) -> AsyncIterator[Txn]:
-        """Committed transactions from ``from_zxid`` on, as they commit (its
-        own connection; ends with ConnectionLost if the server goes away)."""
-        assert self.server is not None
-        proto = await _open(*self.server, self.timeout, self.max_frame)
-        proto.stream = asyncio.Queue()
-        try:
+        """Committed transactions from ``from_zxid`` on, as they commit, on a
+        connection of their own. When the server goes away the watch resumes
+        on the next server from the first zxid not yet yielded; it ends with
+        ConnectionLost when no server took it back within ``read_retry``."""
+        loop = asyncio.get_running_loop()
+        next_zxid = from_zxid
+        while True:
+            deadline = loop.time() + self.read_retry
+            backoff = RETRY_BACKOFF_MIN
+            while True:
+                try:
+                    proto = await self._open_watch(next_zxid)
+                    break
+                except ConnectionLost:
+                    if loop.time() + backoff > deadline:
+                        raise
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RETRY_BACKOFF_MAX)
+            try:
+                assert proto.stream is not None
+                while True:
+                    item = await proto.stream.get()
+                    if isinstance(item, ConnectionLost):
+                        break  # resume elsewhere
+                    if isinstance(item, BaseException):
+                        raise item
+                    for z, p in _check(item)["txns"]:
+                        next_zxid = int(z) + 1
+                        yield Txn(int(z), bytes(p))
+            finally:
+                if proto.transport is not None:
+                    proto.transport.close()
+
+    async def _open_watch(self, from_zxid: int) -> _Proto:
+        n = len(self.servers)
+        errors = []
+        for k in range(n):
+            host, port = self.servers[(self._next_server + k) % n]
+            try:
+                proto = await _open(host, port, self.timeout, self.max_frame)
+            except (OSError, TimeoutError) as exc:
+                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            proto.stream = asyncio.Queue()
             proto.send({"v": 1, "type": "watch", "id": 0, "from_zxid": from_zxid})
             proto.waiters.clear()
-            while True:
-                item = await proto.stream.get()
-                if isinstance(item, BaseException):
-                    raise item
-                for z, p in _check(item)["txns"]:
-                    yield Txn(int(z), bytes(p))
-        finally:
-            if proto.transport is not None:
-                proto.transport.close()
+            return proto
+        raise ConnectionLost("no server reachable for the watch (" + "; ".join(errors) + ")")

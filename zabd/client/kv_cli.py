@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from zabd.client.cli import _parser, _payload_json, _run
+from zabd.client.cli import _parser, _payload_json, _retry_option, _run
 from zabd.protocol import zxid as zx
 
 USAGE = "usage: zabd kv {put KEY VALUE | get KEY [--sync] | cas KEY VERSION VALUE | delete KEY [--version N] | sync}"
@@ -18,7 +18,8 @@ def main(argv: list[str]) -> int:
         return 2 if argv and argv[0] not in ("-h", "--help") else (0 if argv else 2)
     op = argv[0]
     p = _parser(f"zabd kv {op}", f"key-value {op}")
-    p.add_argument("--retry", type=float, default=10.0, help="seconds to retry while there is no leader (default 10)")
+    if op in ("put", "cas", "delete"):
+        _retry_option(p)
     if op != "sync":
         p.add_argument("key")
     if op == "cas":
@@ -34,14 +35,14 @@ def main(argv: list[str]) -> int:
     async def go() -> int:
         from zabd.client.client import Client
 
-        async with await Client.connect(args.servers, timeout=args.timeout) as c:
+        async with await Client.connect(args.servers, timeout=args.timeout, read_retry=args.retry_reads) as c:
             out: dict[str, Any]
             if op == "sync":
-                z = await c.sync(retry_for=args.retry)
+                z = await c.sync()
                 out = {"zxid": z, "zxid_str": zx.fmt(z)}
             elif op == "get":
                 if args.sync:
-                    await c.sync(retry_for=args.retry)
+                    await c.sync()
                 g = await c.get(args.key)
                 if args.json:
                     out = {"key": args.key, "value": None if g.value is None else _payload_json(g.value)}
@@ -54,11 +55,11 @@ def main(argv: list[str]) -> int:
                 return 0 if g.value is not None else 1
             else:
                 if op == "put":
-                    w = await c.put(args.key, args.value.encode(), retry_for=args.retry)
+                    w = await c.put(args.key, args.value.encode(), retry_for=args.retry_for)
                 elif op == "cas":
-                    w = await c.cas(args.key, args.version, args.value.encode(), retry_for=args.retry)
+                    w = await c.cas(args.key, args.version, args.value.encode(), retry_for=args.retry_for)
                 else:
-                    w = await c.delete(args.key, args.version, retry_for=args.retry)
+                    w = await c.delete(args.key, args.version, retry_for=args.retry_for)
                 out = {"zxid": w.zxid, "zxid_str": zx.fmt(w.zxid), "version": w.version}
             if args.json:
                 print(json.dumps(out))

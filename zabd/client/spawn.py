@@ -182,7 +182,7 @@ class LocalCluster:
 
     async def status(self, i: int, timeout: float = 2.0) -> dict[str, Any] | None:
         try:
-            client = await Client.connect(self.client_addr(i), timeout=timeout)
+            client = await Client.connect(self.client_addr(i), timeout=timeout, read_retry=0)
         except (ZabdError, OSError, TimeoutError):
             return None
         try:

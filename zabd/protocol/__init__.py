@@ -29,6 +29,7 @@ from zabd.protocol.messages import (
     Vote,
 )
 from zabd.protocol.node import FOLLOWING, LEADING, LOOKING, ROLE_NAMES, Node, NotLeader
+from zabd.protocol.options import CANONICAL, SERVER, Options
 
 __all__ = [
     "PHASE_BROADCAST",
@@ -61,4 +62,7 @@ __all__ = [
     "ROLE_NAMES",
     "Node",
     "NotLeader",
+    "CANONICAL",
+    "SERVER",
+    "Options",
 ]

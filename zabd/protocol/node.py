@@ -50,6 +50,7 @@ from zabd.protocol.messages import (
     Txn,
     Vote,
 )
+from zabd.protocol.options import CANONICAL, Options
 from zabd.protocol.rand import ELECTION_JITTER, ELECTION_TIMEOUT, mix
 
 LOOKING = 0
@@ -72,6 +73,7 @@ class Node:
         "peers",
         "quorum",
         "seed",
+        "options",
         # persistent
         "current_epoch",
         "accepted_epoch",
@@ -109,9 +111,10 @@ class Node:
         "_taken_transition_at",
     )
 
-    def __init__(self, node_id: int, peers: Sequence[int], seed: int) -> None:
+    def __init__(self, node_id: int, peers: Sequence[int], seed: int, options: Options = CANONICAL) -> None:
         if node_id in peers:
             raise ValueError(f"node {node_id} lists itself among its peers")
+        self.options = options
         self.id = node_id
         self.peers: tuple[int, ...] = tuple(sorted(peers))
         self.quorum = (len(self.peers) + 1) // 2 + 1
@@ -336,6 +339,28 @@ class Node:
             self.leader_lost = True
             self.wake = t
 
+    def link_up(self, peer: int, t: int) -> None:
+        """A link to ``peer`` came (back) up: a driver event the canonical
+        simulator never raises (its links never stay down).
+
+        A Looking node tells the peer what it broadcast when its election
+        started, because the peer may never have heard it: the link was down.
+        A leader answers that LookForLeader with its late-joiner path, so a
+        node cut off by a healed partition rejoins at once instead of at its
+        next election timeout. A LookForLeader means "I look, and vote for
+        myself", so it is only sent while that is true; a node that has moved
+        its vote to another node starts a new round instead, which tells every
+        peer the same thing. Other roles need nothing: a leader resyncs a peer
+        whose link broke at its next heartbeat (``needs_sync``)."""
+        if self.role != LOOKING:
+            return
+        if self.target[2] != self.id:
+            self.start_election(t)
+            return
+        last = self.last_zxid()
+        self._send(peer, LookForLeader(self.current_epoch, last, self.accepted_epoch))
+        self._send(peer, Vote(self.current_epoch, last, self.accepted_epoch, self.id))
+
     def send_dropped(self, index: int, peer: int, t: int) -> None:
         """The send at ``index`` of the effects last taken never reached ``peer``.
 
@@ -370,14 +395,19 @@ class Node:
 
     def _on_look_for_leader(self, v: int, m: LookForLeader, t: int) -> None:
         if self.role == LOOKING:
+            voted = self.target[2]
             self._on_vote(v, m.epoch, m.last_zxid, m.accepted, v, t)
             # v1.4: answer a peer we do not vote for with our vote, as
             # ZooKeeper's FLE answers a lagging peer. Without it, a node that
             # starts looking after the others already did is never told who
             # they chose and waits out a second timeout. Only a LookForLeader
             # is answered, never a Vote, so two nodes cannot bounce votes.
-            if self.role == LOOKING and self.target[2] != v:
-                self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.target[2]))
+            if self.role == LOOKING:
+                if self.target[2] != v:
+                    self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.target[2]))
+            elif voted == v and self.role == FOLLOWING and self.options.vote_on_follow:
+                # Options.vote_on_follow: v may never have heard this vote.
+                self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, v))
             return
         self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.leader))
         if self.role == LEADING:

@@ -70,6 +70,16 @@ class ServerConfig(BaseModel):
     # front of the core (the core's commit step scans its pending acks).
     max_inflight: int = Field(default=256, ge=1, le=1_000_000)
     connect_grace_ms: int = Field(default=1000, ge=0, le=60_000)
+    # Peer links are kept honest by the driver: a link idle for peer_ping_ms
+    # gets a PING frame, and one on which nothing arrived for peer_silence_ms
+    # is closed and redialed. A partition that drops packets (no RST) would
+    # otherwise leave both ends waiting on TCP's retransmission backoff for
+    # many seconds after it heals (ZooKeeper's learner sockets have read
+    # timeouts for the same reason). A dial that has not connected within
+    # peer_connect_timeout_ms is abandoned and tried again.
+    peer_ping_ms: int = Field(default=250, ge=10, le=60_000)
+    peer_silence_ms: int = Field(default=1500, ge=50, le=600_000)
+    peer_connect_timeout_ms: int = Field(default=500, ge=10, le=60_000)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -119,6 +129,11 @@ class ServerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ServerConfig:
+        if self.peer_silence_ms < 2 * self.peer_ping_ms:
+            raise ValueError(
+                f"field 'peer_silence_ms' = {self.peer_silence_ms}: must be at least twice "
+                f"peer_ping_ms ({self.peer_ping_ms}), or an idle but healthy link is closed"
+            )
         if self.id not in self.peers:
             raise ValueError(f"field 'id' = {self.id}: own id absent from peers; expected one of {sorted(self.peers)}")
         client = parse_hostport(self.client)

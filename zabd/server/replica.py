@@ -42,6 +42,7 @@ from zabd.protocol.effects import (
 )
 from zabd.protocol.messages import AckEpoch, AckLeader, LookForLeader, NewLeader, Propose, Txn
 from zabd.protocol.node import FOLLOWING, LEADING, ROLE_NAMES, Node, NotLeader
+from zabd.protocol.options import SERVER
 from zabd.server import wire
 from zabd.server.config import ServerConfig
 from zabd.server.durable import Durable
@@ -53,7 +54,10 @@ PHASE_NAMES = ("none", "sync", "broadcast")
 MAX_OUTSTANDING = 4096  # per client connection; reading pauses beyond it
 WATCH_PAGE = 1000
 BACKOFF_MIN = 0.02
-BACKOFF_MAX = 1.0
+# Redials of a peer that is down are cheap (refused at once, or abandoned at
+# peer_connect_timeout_ms); a short cap rejoins a healed partition quickly.
+BACKOFF_MAX = 0.25
+_PING = wire.frame((wire.TAG_PING,))
 
 _frame = wire.frame
 
@@ -119,6 +123,12 @@ class PeerConn(_Conn):
         self.reader = wire.FrameReader(replica.config.max_frame)
         self.assembler = wire.NewLeaderAssembler()
         self.lost = asyncio.get_running_loop().create_future()
+        self.last_rx = self.last_tx = time.monotonic()
+
+    def write_out(self) -> None:
+        if self.out:
+            self.last_tx = time.monotonic()
+        super().write_out()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -129,6 +139,7 @@ class PeerConn(_Conn):
 
     def data_received(self, data: bytes) -> None:
         replica = self.replica
+        self.last_rx = time.monotonic()
         try:
             bodies = self.reader.feed(data)
             for body in bodies:
@@ -249,7 +260,7 @@ class Replica:
         self.storage = storage
         self.state_machine: StateMachine = state_machine or NullStateMachine()
         self.peer_ids = config.peer_ids
-        self.node = Node(config.id, self.peer_ids, config.seed)
+        self.node = Node(config.id, self.peer_ids, config.seed, SERVER)
         self.tick_s = config.tick_ms / 1000.0
         self.log = get_logger("zabd.server")
         set_context(self._log_context)
@@ -293,6 +304,9 @@ class Replica:
         self._servers: list[asyncio.AbstractServer] = []
         self._ticking = False
         self._tick_handle: asyncio.TimerHandle | None = None
+        self._ping_s = config.peer_ping_ms / 1000.0
+        self._silence_s = config.peer_silence_ms / 1000.0
+        self._links_checked = 0.0
         self._stopping = False
         self._stopped: asyncio.Event | None = None
         self.fatal: BaseException | None = None
@@ -372,6 +386,18 @@ class Replica:
         if self._stopping:
             return
         t = self.now()
+        self._tick(t)
+        if self.fatal is not None:
+            return
+        mono = time.monotonic()
+        if mono >= self._links_checked + self._ping_s / 2:
+            self._links_checked = mono
+            self._keep_links(mono)
+        loop = asyncio.get_running_loop()
+        next_at = (t + 1) * self.config.tick_ms / 1000.0
+        self._tick_handle = loop.call_at(loop.time() + max(0.0, next_at - time.monotonic()), self._on_tick_timer)
+
+    def _tick(self, t: int) -> None:
         node = self.node
         if t >= node.wake:
             try:
@@ -381,9 +407,23 @@ class Replica:
                 return
             if node.effects:
                 self._kick()
-        loop = asyncio.get_running_loop()
-        next_at = (t + 1) * self.config.tick_ms / 1000.0
-        self._tick_handle = loop.call_at(loop.time() + max(0.0, next_at - time.monotonic()), self._on_tick_timer)
+
+    def _keep_links(self, mono: float) -> None:
+        """Ping idle peer links; close silent ones (see ``peer_silence_ms``)."""
+        for conn in list(self._conns.values()):
+            if conn.closed:
+                continue
+            if mono - conn.last_rx > self._silence_s:
+                self.log.warning(
+                    "peer link silent; closing it to redial",
+                    peer=conn.peer,
+                    addr=conn.peername,
+                    silent_ms=round((mono - conn.last_rx) * 1000),
+                )
+                conn.abort()
+            elif mono - conn.last_tx >= self._ping_s and not conn.out:
+                conn.push(_PING)
+        self._write_all()
 
     async def wait_stopped(self) -> None:
         assert self._stopped is not None
@@ -409,7 +449,7 @@ class Replica:
                 await self.storage.flush()
                 self._fseq = target
                 self._release()
-        self._fail_all(schema.SHUTTING_DOWN, "server shutting down; the outcome is unknown")
+        self._fail_all(schema.LEADER_LOST, "server shutting down; the outcome is unknown")
         self._write_all()
         for task in self._tasks:
             task.cancel()
@@ -607,8 +647,11 @@ class Replica:
         while not self._stopping:
             conn = PeerConn(self, peer)
             try:
-                await loop.create_connection(lambda c=conn: c, host, port)  # type: ignore[misc]
-            except OSError:
+                await asyncio.wait_for(
+                    loop.create_connection(lambda c=conn: c, host, port),  # type: ignore[misc]
+                    self.config.peer_connect_timeout_ms / 1000.0,
+                )
+            except (OSError, TimeoutError):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
@@ -628,6 +671,11 @@ class Replica:
             self.node.link_failed(conn.peer, self.now())
         self.log.info("peer connected", peer=conn.peer, addr=conn.peername)
         self.ext.peer_up(conn)
+        if self._ticking:
+            # A Looking node tells the peer its vote: a node cut off by a healed
+            # partition rejoins now, not at its next election timeout.
+            self.node.link_up(conn.peer, self.now())
+            self._kick()
 
     def _peer_down(self, conn: PeerConn) -> None:
         peer = conn.peer
@@ -637,10 +685,20 @@ class Replica:
         if self._stopping:
             return
         self.log.info("peer disconnected", peer=peer)
-        self.node.link_failed(peer, self.now())
-        if self.node.leader == peer:
+        t = self.now()
+        lost_leader = self.node.leader == peer
+        self.node.link_failed(peer, t)
+        if lost_leader:
             self._fail_forwards("lost the connection to the leader; the outcome is unknown")
+        if self._ticking and self.node.wake <= t:
+            # A follower that lost its leader elects at its next tick (spec
+            # v1.4): run it now rather than at the next timer.
+            asyncio.get_running_loop().call_soon(self._tick_now)
         self._kick()
+
+    def _tick_now(self) -> None:
+        if not self._stopping:
+            self._tick(self.now())
 
     def _on_peer_frame(self, conn: PeerConn, body: Any) -> None:
         peer = conn.peer
@@ -664,6 +722,8 @@ class Replica:
         if tag < 64:
             msg = wire.decode_message(body)
             self.node.on_message(peer, msg, self.now())
+        elif tag == wire.TAG_PING:
+            return  # data_received noted the link alive
         elif tag == wire.TAG_NEWLEADER_PART:
             nl = conn.assembler.add(body)
             if nl is not None:

@@ -39,6 +39,7 @@ TAG_HELLO = 64  # [64, WIRE_VERSION, node_id]
 TAG_FORWARD = 65  # [65, fwd_id, payload]          follower -> leader
 TAG_FORWARD_OK = 66  # [66, fwd_id, zxid]           leader -> follower, after commit
 TAG_FORWARD_ERR = 67  # [67, fwd_id, code, message]  leader -> follower
+TAG_PING = 75  # [75]  on an idle link: proves the link alive to the other end
 WIRE_VERSION = 1
 
 _HEADER = struct.Struct(">I")

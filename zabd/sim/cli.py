@@ -6,7 +6,9 @@ ASCII decimals. Usage errors: one line on stderr, nothing on stdout, exit 2.
 
 Beyond the spec: ``--check`` runs the safety checker (exit 1 on a violation),
 ``--random-faults COUNT`` draws a seeded fault schedule and prints it on stderr
-as ``faults: SPEC`` so the run replays with ``--faults SPEC``.
+as ``faults: SPEC`` so the run replays with ``--faults SPEC``; ``--variant
+server`` runs the protocol variant the server runs (``zabd.protocol.options``;
+not canonical: its digests are not the spec's).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import re
 import sys
 from dataclasses import dataclass
 
+from zabd.protocol.options import VARIANTS
 from zabd.protocol.zxid import CounterOverflow
 from zabd.sim.faults import FaultEvent, FaultSpecError, format_faults, parse_faults, random_faults
 
 U64_MAX = (1 << 64) - 1
 _DECIMAL = re.compile(r"[0-9]+")
-VALUE_OPTIONS = ("seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults")
+VALUE_OPTIONS = ("seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults", "variant")
 FLAG_OPTIONS = ("check",)
 REQUIRED = ("seed", "nodes", "rounds", "proposals")
 
@@ -40,6 +43,7 @@ class SimArgs:
     dump: str | None
     check: bool
     random_faults: int | None
+    variant: str
 
 
 def plain_decimal(name: str, text: str, limit: int = U64_MAX) -> int:
@@ -112,8 +116,11 @@ def parse_args(argv: list[str]) -> SimArgs:
         if "faults" in raw:
             raise UsageError("--random-faults and --faults exclude each other")
         rf = plain_decimal("random-faults", raw["random-faults"], 10_000)
+    variant = raw.get("variant", "canonical")
+    if variant not in VARIANTS:
+        raise UsageError(f"--variant: {variant!r} is not a variant; expected one of {', '.join(VARIANTS)}")
     return SimArgs(
-        seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf
+        seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf, variant
     )
 
 
@@ -131,7 +138,9 @@ def main(argv: list[str]) -> int:
     if args.random_faults is not None:
         faults = tuple(random_faults(args.seed, args.nodes, args.rounds, args.random_faults))
         print(f"faults: {format_faults(list(faults))}", file=sys.stderr)
-    config = SimConfig(args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults)
+    config = SimConfig(
+        args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults, VARIANTS[args.variant]
+    )
     try:
         result = run_scenario(config, check=args.check, keep_dump=args.dump is not None)
     except CounterOverflow as exc:

@@ -16,6 +16,7 @@ from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send
 from zabd.protocol.messages import Message
 from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node
+from zabd.protocol.options import CANONICAL, Options
 from zabd.protocol.rand import MASK64
 from zabd.sim.faults import Crash, Cut, FaultEvent, Restart
 
@@ -28,6 +29,7 @@ class SimConfig:
     proposals: int
     partition: frozenset[tuple[int, int]] = frozenset()
     faults: tuple[FaultEvent, ...] = ()
+    options: Options = CANONICAL  # anything else is not canonical: digests differ from the spec's
 
     def command(self) -> str:
         """The one-line ``zabd sim`` command that replays this configuration."""
@@ -39,6 +41,8 @@ class SimConfig:
             parts.append(f"--partition {flat}")
         if self.faults:
             parts.append("--faults " + ",".join(str(e) for e in self.faults))
+        if self.options != CANONICAL:
+            parts.append(f"--variant {self.options.name}")
         return " ".join(parts)
 
 
@@ -77,7 +81,7 @@ class Simulator:
         self.config = config
         n = config.nodes
         ids = list(range(1, n + 1))
-        self.nodes: list[Node] = [Node(i, [p for p in ids if p != i], config.seed) for i in ids]
+        self.nodes: list[Node] = [Node(i, [p for p in ids if p != i], config.seed, config.options) for i in ids]
         self.up = [True] * (n + 1)
         self.incarnation = [0] * (n + 1)
         self.last_at = [[0] * (n + 1) for _ in range(n + 1)]
