@@ -5,6 +5,7 @@ optionally, KV puts) through chosen nodes, remembering what was acknowledged
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from zabd.client import Client, ZabdError
 from zabd.client.spawn import LocalCluster
@@ -32,6 +33,7 @@ class Load:
         self.sent = 0
         self.stop = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
+        self._progress = asyncio.Event()
 
     async def _worker(self, node: int, k: int) -> None:
         client: Client | None = None
@@ -49,6 +51,7 @@ class Load:
                     payload = f"n{node}-w{k}-{n}".encode()
                     z = await client.propose(payload)
                     self.acked[z] = payload
+                self._progress.set()
             except (ZabdError, OSError, TimeoutError):
                 self.errors += 1
                 if client is not None:
@@ -57,6 +60,18 @@ class Load:
                 await asyncio.sleep(0.05)
         if client is not None:
             await client.close()
+
+    async def wait_acked(self, count: int, timeout: float = 30.0) -> None:
+        """Wait until at least ``count`` requests were acknowledged in all."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.acked) + len(self.kv_acked) < count:
+            self._progress.clear()
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TimeoutError(f"{len(self.acked) + len(self.kv_acked)} of {count} acknowledged in {timeout}s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), left)
 
     def start(self) -> None:
         for node in self.nodes:

@@ -97,31 +97,23 @@ async def test_no_leader_is_a_retryable_error(cluster_factory: Factory) -> None:
         cluster.stop()
 
 
-# tick 7 ms: election timeout 1.05-2.1 s. With the default 10 ms the core's
-# election takes up to ~6 s in one interleaving: the first node to time out is
-# answered by a peer that still follows the dead leader, and once that peer is
-# Looking too, a LookForLeader from it is taken as a vote but not answered, so
-# the two meet only at the first node's next timeout (measured 3.4-5.1 s over
-# 9 runs; see docs/server.md). The driver may not change election rules.
-FAILOVER_TICK_MS = 7
-
-
 async def test_leader_sigkill_under_load(cluster_factory: Factory) -> None:
-    cluster = cluster_factory(3, tick_ms=FAILOVER_TICK_MS)
+    """Default tick (10 ms): the followers see the leader's connection close
+    and elect at once (spec v1.4); measured ~10-20 ms to the next write."""
+    cluster = cluster_factory(3)
     leader = await cluster.wait_leader()
     load = Load(cluster, [1, 2, 3])
     load.start()
-    await asyncio.sleep(1.5)
+    await load.wait_acked(200)
     before = len(load.acked)
-    assert before > 0
     cluster.kill(leader)
     killed_at = time.monotonic()
     others = [i for i in (1, 2, 3) if i != leader]
     new_leader = await cluster.wait_leader(others, timeout=10, exclude=leader)
     elapsed = time.monotonic() - killed_at
     print(f"new leader {new_leader} {elapsed:.2f}s after SIGKILL of {leader}")
-    assert elapsed < 5.0, f"new leader after {elapsed:.2f}s"
-    await asyncio.sleep(1.0)
+    assert elapsed < 3.0, f"new leader after {elapsed:.2f}s"  # generous for a loaded CI machine
+    await load.wait_acked(len(load.acked) + 200)
     await load.finish()
     assert len(load.acked) > before, "no commits after the failover"
     # the old leader comes back empty (memory storage) and is synced
@@ -133,6 +125,16 @@ async def test_leader_sigkill_under_load(cluster_factory: Factory) -> None:
     assert_same_logs(logs, load.acked)
 
 
+async def wait_disconnected(cluster: LocalCluster, node: int, peer: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = await cluster.status(node)
+        if st is not None and peer not in st["peers_connected"]:
+            return
+        await asyncio.sleep(0.05)  # polling the node's status, not a time window
+    raise TimeoutError(f"node {node} still connected to {peer} after {timeout}s")
+
+
 async def test_sigstop_follower_cluster_keeps_committing(cluster_factory: Factory) -> None:
     cluster = cluster_factory(3)
     leader = await cluster.wait_leader()
@@ -142,9 +144,12 @@ async def test_sigstop_follower_cluster_keeps_committing(cluster_factory: Factor
     try:
         load = Load(cluster, live, window=4)
         load.start()
-        await asyncio.sleep(2.5)  # past the 1.5 s support window
+        # past the silence limit: the leader closed its link to the stopped
+        # follower and commits with the other one alone
+        await wait_disconnected(cluster, leader, stopped)
+        done = len(load.acked)
+        await load.wait_acked(done + 50)
         await load.finish()
-        assert len(load.acked) > 50, f"only {len(load.acked)} commits with a stopped follower"
     finally:
         cluster.signal(stopped, signal.SIGCONT)
     last = await cluster.wait_caught_up([1, 2, 3], timeout=20)

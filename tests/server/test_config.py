@@ -46,6 +46,10 @@ BAD = {
     "missing field": (GOOD.replace('client = "127.0.0.1:7101"\n', ""), ["client", "missing"]),
     "bad address": (GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:99999"'), ["peers", "99999", "1..65535"]),
     "not toml": ("id = = 1\n", ["not valid TOML"]),
+    "silence below two pings": (
+        GOOD.replace("id = 1", "id = 1\npeer_ping_ms = 500\npeer_silence_ms = 600"),
+        ["peer_silence_ms", "600", "twice", "500"],
+    ),
 }
 
 
