@@ -1,8 +1,11 @@
-"""Start a local N-node cluster of real ``zabd serve`` processes on 127.0.0.1.
+"""Start a local N-node cluster of real ``zabd serve`` processes.
 
-Used by ``zabd bench --spawn`` and by the tests. Ports are ephemeral (picked
-by binding port 0), data directories temporary; every process started here
-is stopped by PID in :meth:`LocalCluster.stop`.
+Used by ``zabd bench --spawn``, the benchmarks and the tests. By default every
+node listens on 127.0.0.1 with ephemeral ports (picked by binding port 0);
+``hosts`` gives each node an address of its own and ``spawn`` starts its
+process (for example inside a network namespace of ``zabd.nemesis.netlab``).
+Data directories are temporary unless ``base_dir`` is given; every process
+started here is stopped by PID in :meth:`LocalCluster.stop`.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from zabd.client.client import Client, ZabdError
+
+# (node id, argv, environment, output file) -> the started process
+Spawner = Callable[[int, list[str], dict[str, str], BinaryIO], "subprocess.Popen[bytes]"]
 
 
 def free_ports(n: int) -> list[int]:
@@ -48,6 +55,8 @@ class LocalCluster:
         extra: dict[str, Any] | None = None,
         log_level: str = "info",
         seed: int = 1,
+        hosts: dict[int, str] | None = None,
+        spawn: Spawner | None = None,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -61,11 +70,13 @@ class LocalCluster:
         ports = free_ports(2 * n)
         self.peer_ports = {i: ports[i - 1] for i in range(1, n + 1)}
         self.client_ports = {i: ports[n + i - 1] for i in range(1, n + 1)}
+        self.hosts = hosts or {i: "127.0.0.1" for i in range(1, n + 1)}
+        self._spawn = spawn
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.log_files: dict[int, Path] = {}
 
     def client_addr(self, i: int) -> str:
-        return f"127.0.0.1:{self.client_ports[i]}"
+        return f"{self.hosts[i]}:{self.client_ports[i]}"
 
     @property
     def servers(self) -> list[str]:
@@ -99,21 +110,21 @@ class LocalCluster:
                     lines.append(f"{key} = {value!r}")
             lines.append("[peers]")
             for j in range(1, self.n + 1):
-                lines.append(f'{j} = "127.0.0.1:{self.peer_ports[j]}"')
+                lines.append(f'{j} = "{self.hosts[j]}:{self.peer_ports[j]}"')
             self.config_path(i).write_text("\n".join(lines) + "\n")
 
     def start_node(self, i: int) -> None:
         log = self.base / f"node{i}.log"
         self.log_files[i] = log
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
+        argv = [sys.executable, "-m", "zabd", "serve", "--config", str(self.config_path(i))]
         with open(log, "ab") as out:
-            self.procs[i] = subprocess.Popen(
-                [sys.executable, "-m", "zabd", "serve", "--config", str(self.config_path(i))],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
+            if self._spawn is not None:
+                self.procs[i] = self._spawn(i, argv, env, out)
+            else:
+                self.procs[i] = subprocess.Popen(
+                    argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+                )
 
     def start(self) -> None:
         self.write_configs()
