@@ -41,10 +41,10 @@ from typing import Any, BinaryIO
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import zkcluster  # noqa: E402
+import zkcluster
 
-from zabd.client import Client, ZabdError  # noqa: E402
-from zabd.client.spawn import LocalCluster  # noqa: E402
+from zabd.client import Client, ZabdError
+from zabd.client.spawn import LocalCluster
 
 WARMUP_WRITES = 200
 RETRY_PAUSE = 0.005
