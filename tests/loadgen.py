@@ -61,6 +61,11 @@ class Load:
         if client is not None:
             await client.close()
 
+    @property
+    def total(self) -> int:
+        """Requests acknowledged so far, proposals and puts."""
+        return len(self.acked) + len(self.kv_acked)
+
     async def wait_acked(self, count: int, timeout: float = 30.0) -> None:
         """Wait until at least ``count`` requests were acknowledged in all."""
         loop = asyncio.get_running_loop()

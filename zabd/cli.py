@@ -7,6 +7,7 @@ Each subcommand lives in its own module and is imported only when used, so
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # name -> (module, function, one-line help)
@@ -46,5 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zabd {name}: not available ({exc})", file=sys.stderr)
         return 2
     func = getattr(module, func_name)
-    result: int = func(args[1:])
+    try:
+        result: int = func(args[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (``zabd status | head -1``): not an error of
+        # ours; point stdout at /dev/null so the exit flush stays quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return result

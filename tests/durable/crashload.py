@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections import Counter
@@ -20,21 +19,24 @@ async def read_history(cluster: LocalCluster, i: int) -> list[Txn]:
         return await c.read_all()
 
 
-async def kill_restart_cycle(cluster: LocalCluster, rng: random.Random, kills: int, deadline: float) -> list[str]:
-    """SIGKILL a random node (the leader about half the time) at a random
-    moment, restart it on the same data dir; ``kills`` times, bounded by
-    ``deadline`` (monotonic)."""
+async def kill_restart_cycle(
+    cluster: LocalCluster, load: Load, rng: random.Random, kills: int, deadline: float
+) -> list[str]:
+    """SIGKILL a random node (the leader about half the time) after a random
+    amount of acknowledged load, restart it on the same data dir once some
+    more load went through; ``kills`` times, bounded by ``deadline``
+    (monotonic). Progress, not time, paces the faults."""
     done: list[str] = []
     for _ in range(kills):
         if time.monotonic() > deadline:
             break
-        await asyncio.sleep(rng.uniform(0.3, 1.5))
+        await load.wait_acked(load.total + rng.randint(20, 300))
         sts = await cluster.statuses()
         leaders = [i for i, st in sts.items() if st and st["role"] == "leading"]
         victim = leaders[0] if leaders and rng.random() < 0.5 else rng.randint(1, cluster.n)
         cluster.kill(victim)
         done.append(f"kill {victim}{' (leader)' if victim in leaders else ''}")
-        await asyncio.sleep(rng.uniform(0.1, 1.0))
+        await load.wait_acked(load.total + rng.randint(10, 200))  # the others go on without it
         cluster.start_node(victim)
         await cluster.wait_leader(timeout=30)
     return done

@@ -3,7 +3,6 @@ restart on the same data dir, nothing acknowledged lost or duplicated."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable
@@ -22,8 +21,8 @@ async def _run(cluster: LocalCluster, seed: int, kills: int, budget_s: float, sn
     load = Load(cluster, window=2, limit=200_000, kv_every=3)
     load.start()
     try:
-        events = await kill_restart_cycle(cluster, rng, kills, time.monotonic() + budget_s)
-        await asyncio.sleep(0.5)
+        events = await kill_restart_cycle(cluster, load, rng, kills, time.monotonic() + budget_s)
+        await load.wait_acked(load.total + 50)  # load goes on after the last restart
     finally:
         await load.finish()
     history = await check_consistent(cluster, load)

@@ -15,7 +15,7 @@ import pytest
 from tests.durable.crashload import read_history
 from zabd.client import Client
 from zabd.client.spawn import LocalCluster
-from zabd.server.durable import CRASH_ENV
+from zabd.server.outbound import CRASH_ENV
 from zabd.storage.epochs import read_epochs
 from zabd.storage.txnlog import iter_records
 

@@ -7,6 +7,7 @@ follower's resulting history and KV state must equal the leader's."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,29 @@ async def test_diff_after_follower_restart(disk_cluster: Factory) -> None:
     assert "mode=DIFF" in c.log_text(f) or '"mode": "DIFF"' in c.log_text(f)
 
 
+async def _synced_records(c: LocalCluster, node: int) -> int:
+    st = await c.status(node)
+    assert st is not None
+    return int(st["storage_stats"]["records_synced"])
+
+
+async def _logged_uncommitted(
+    c: LocalCluster, node: int, count: int, synced_before: int, timeout: float = 20.0
+) -> None:
+    """Wait until ``node`` holds ``count`` txns above its commit point, on disk."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = await c.status(node)
+        if (
+            st is not None
+            and st["last_zxid"] - st["last_committed"] >= count
+            and st["storage_stats"]["records_synced"] >= synced_before + count
+        ):
+            return
+        await asyncio.sleep(0.02)  # polling the node's status, not a time window
+    raise TimeoutError(f"node {node} did not log {count} uncommitted txns")
+
+
 async def test_trunc_of_uncommitted_txns(disk_cluster: Factory) -> None:
     c = disk_cluster(3)
     old = await c.wait_leader()
@@ -68,8 +92,9 @@ async def test_trunc_of_uncommitted_txns(disk_cluster: Factory) -> None:
     for i in others:
         c.kill(i)
     async with await Client.connect(c.client_addr(old)) as cl:
+        synced = await _synced_records(c, old)
         futs = [asyncio.ensure_future(cl.propose(b"orphan-%d" % k)) for k in range(20)]
-        await asyncio.sleep(0.3)
+        await _logged_uncommitted(c, old, 20, synced)
         c.kill(old)
         await asyncio.gather(*futs, return_exceptions=True)
     for i in others:

@@ -13,26 +13,7 @@ from zabd.pipeline.audit import audit
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
 
-def disk_backend_available(tmp: Path) -> str | None:
-    """Why ``storage = "disk"`` cannot run in this build, or None."""
-    from zabd.server.config import ConfigError, ServerConfig
-    from zabd.server.storage_factory import open_storage
-
-    cfg = ServerConfig(
-        id=1, peers={1: "127.0.0.1:1"}, client="127.0.0.1:2", data_dir=str(tmp / "probe"), storage="disk"
-    )
-    try:
-        storage = open_storage(cfg)
-    except ConfigError as exc:
-        return str(exc)
-    storage.close()
-    return None
-
-
 def test_audit_of_a_real_three_node_run(spark: Any, tmp_path: Path) -> None:
-    why = disk_backend_available(tmp_path)
-    if why is not None:
-        pytest.skip(f"zabd serve has no disk storage yet: {why}")
     from zabd.client import Client
     from zabd.client.spawn import LocalCluster
 

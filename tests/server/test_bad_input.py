@@ -12,6 +12,7 @@ import pytest
 
 from zabd.client import Client
 from zabd.client.spawn import LocalCluster
+from zabd.codec.peer import WIRE_VERSION
 
 Factory = Callable[..., LocalCluster]
 
@@ -50,6 +51,17 @@ async def _expect_closed(port: int, data: bytes, half_close: bool) -> bytes:
     return got
 
 
+async def wait_log(cluster: LocalCluster, node: int, text: str, timeout: float = 10.0) -> str:
+    """Wait until ``text`` appears in the node's log (an event, bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        log = cluster.log_text(node)
+        if text in log or loop.time() > deadline:
+            return log
+        await asyncio.sleep(0.02)  # polling the log file, not a time window
+
+
 async def _serves(cluster: LocalCluster, node: int) -> None:
     async with await Client.connect(cluster.client_addr(node)) as c:
         z = await c.propose(b"still-alive", retry_for=10)
@@ -70,8 +82,7 @@ async def test_bad_bytes_close_the_connection(cluster: LocalCluster, case: str, 
     data, half_close, expect = CASES[case]
     port = cluster.peer_ports[2] if port_kind == "peer" else cluster.client_ports[2]
     await _expect_closed(port, data, half_close)
-    await asyncio.sleep(0.1)
-    log = cluster.log_text(2)
+    log = await wait_log(cluster, 2, expect)
     assert expect in log, log[-2000:]
     assert '"level": "error"' in log
     await _serves(cluster, 2)
@@ -81,12 +92,12 @@ async def test_wrong_frame_type_on_peer_port(cluster: LocalCluster) -> None:
     # a client request where a HELLO must come
     await _expect_closed(cluster.peer_ports[2], fr({"v": 1, "type": "status", "id": 1}), False)
     # a HELLO from a node id that does not dial this node (3 > 2)
-    await _expect_closed(cluster.peer_ports[2], fr([64, 1, 3]), False)
+    await _expect_closed(cluster.peer_ports[2], fr([64, WIRE_VERSION, 3]), False)
     # a well-formed peer message with a wrong field type, after a valid HELLO
-    await _expect_closed(cluster.peer_ports[3], fr([64, 1, 1]) + fr([7, "not-a-zxid"]), False)
-    await asyncio.sleep(0.1)
-    assert "expected HELLO" in cluster.log_text(2)
-    assert "malformed Ack frame" in cluster.log_text(3)
+    await _expect_closed(cluster.peer_ports[3], fr([64, WIRE_VERSION, 1]) + fr([7, "not-a-zxid"]), False)
+    assert "peer frame is not an array" in await wait_log(cluster, 2, "peer frame is not an array")
+    assert "not a lower-id member" in await wait_log(cluster, 2, "not a lower-id member")
+    assert "malformed Ack frame" in await wait_log(cluster, 3, "malformed Ack frame")
     await cluster.wait_leader(timeout=20)
     for node in (1, 2, 3):
         await _serves(cluster, node)

@@ -163,15 +163,17 @@ async def test_watch_streams_commits(cluster_factory: Factory) -> None:
     async with await Client.connect(cluster.client_addr(1)) as c:
         first = await c.propose(b"before")
         seen: list[Txn] = []
+        streaming = asyncio.Event()
 
         async def watch() -> None:
             async for txn in c.watch(0):
                 seen.append(txn)
+                streaming.set()
                 if len(seen) == 21:
                     return
 
         task = asyncio.create_task(watch())
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(streaming.wait(), 10)  # the backlog arrived: live commits follow
         zs = [await c.propose(f"w{k}".encode()) for k in range(20)]
         await asyncio.wait_for(task, 10)
         assert [t.zxid for t in seen] == [first, *zs]
@@ -188,7 +190,7 @@ async def test_sigterm_shuts_down_cleanly(cluster_factory: Factory) -> None:
 
 
 async def test_pipelined_requests_answered_in_order(cluster_factory: Factory) -> None:
-    from zabd.server.wire import FrameReader, frame
+    from zabd.codec.framing import FrameReader, frame
 
     cluster = cluster_factory(3)
     leader = await cluster.wait_leader()

@@ -127,3 +127,14 @@ def test_server_variant_is_replayable_and_not_canonical() -> None:
     assert config.command().endswith("--variant server")
     assert out.stdout == run_scenario(config, check=False).digest
     assert run(*BASE, "--variant", "canonical").stdout == three_nodes_digest()
+
+
+def test_a_reproducer_with_a_one_way_cut_runs_in_a_shell(tmp_path: Path) -> None:
+    """``cut:1>2@...`` unquoted is a shell redirection (it once left a file
+    named ``2@50-50`` behind): printed commands quote it."""
+    config = SimConfig(1, 3, 1000, 10, faults=parse_args([*BASE, "--faults", "cut:1>2@50-90"]).faults)
+    cmd = config.command().replace("zabd sim", f"{sys.executable} -m zabd sim", 1)
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == run_scenario(config, check=False).digest
+    assert list(tmp_path.iterdir()) == []

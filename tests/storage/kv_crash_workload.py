@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 from zabd.kv import Cas, KVLeader, KVStore, Put
 from zabd.protocol.messages import Txn
+from zabd.server.snapshots import Snapshotter
 from zabd.storage.disk import DiskStorage
-from zabd.storage.snapshot import Snapshotter
 
 SEG = {"segment_bytes": 4096, "prealloc_bytes": 4096}
 

@@ -9,8 +9,9 @@ import pytest
 from tests.storage.helpers import flip_byte, run, segments
 from zabd.kv import Cas, KVLeader, KVStore, Put
 from zabd.protocol.messages import Txn
+from zabd.server.snapshots import Snapshotter, snap_threshold
 from zabd.storage.disk import DiskStorage
-from zabd.storage.snapshot import SNAP_HEADER_SIZE, Snapshotter, list_snapshots, read_snapshot, write_snapshot
+from zabd.storage.snapshot import SNAP_HEADER_SIZE, list_snapshots, read_snapshot, write_snapshot
 from zabd.storage.tools import dump_main, verify, verify_main
 from zabd.storage.txnlog import LogCorruption
 
@@ -126,7 +127,7 @@ def test_verify_and_dump_report_damage_by_file_and_offset(tmp_path: object, caps
 def test_snap_threshold_is_randomized_per_node() -> None:
     import random
 
-    from zabd.storage.snapshot import snap_threshold
+
 
     per_node = [snap_threshold(100_000, random.Random(node)) for node in range(1, 6)]
     assert all(50_000 <= t <= 100_000 for t in per_node)

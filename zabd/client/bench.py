@@ -20,18 +20,18 @@ import socket
 import sys
 import time
 from collections import deque
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import msgpack
 from hdrh.histogram import HdrHistogram
 
-from zabd.server.wire import FrameError, FrameReader
+from zabd.codec.framing import FrameError, FrameReader
 
 _packb = msgpack.packb
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"zabd bench: {message}", file=sys.stderr)
         raise SystemExit(2)
 

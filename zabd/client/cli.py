@@ -8,7 +8,7 @@ import importlib
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from zabd.protocol import zxid as zx
 
@@ -16,7 +16,7 @@ DEFAULT_SERVERS = "127.0.0.1:7001"
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: {message}", file=sys.stderr)
         raise SystemExit(2)
 

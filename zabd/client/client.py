@@ -22,9 +22,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
-from zabd.client import schema
+from zabd.codec import client as schema
+from zabd.codec.framing import FrameError, FrameReader, frame
 from zabd.protocol.messages import Txn
-from zabd.server.wire import FrameError, FrameReader, frame
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 

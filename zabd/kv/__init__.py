@@ -1,6 +1,7 @@
 """State machines: the interface and the built-in key-value store."""
 
-from zabd.kv.machine import StateMachine
+from zabd.kv.kvmachine import KV_MAGIC, KVMachine
+from zabd.kv.machine import NullMachine, StateMachine
 from zabd.kv.store import (
     BAD_VERSION,
     NO_NODE,
@@ -30,6 +31,9 @@ __all__ = [
     "Request",
     "Result",
     "StateMachine",
+    "NullMachine",
+    "KVMachine",
+    "KV_MAGIC",
     "decode_txn",
     "prepare",
 ]

@@ -6,14 +6,14 @@ import argparse
 import asyncio
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from zabd.server.config import ConfigError, ServerConfig, load_config
 from zabd.storage.txnlog import StorageError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         print(f"zabd serve: {message}", file=sys.stderr)
         raise SystemExit(2)
 

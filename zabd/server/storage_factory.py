@@ -1,13 +1,15 @@
-"""The one place a server's storage backend is chosen.
+"""The one place a server's storage backend and state machine are chosen.
 
 ``disk`` (the default) is ``DiskStorage``; ``memory`` keeps nothing across restarts.
 """
 
 from __future__ import annotations
 
+from zabd.kv.kvmachine import KVMachine
+from zabd.kv.machine import NullMachine, StateMachine
 from zabd.server.config import ServerConfig
-from zabd.server.state_machine import NullStateMachine, StateMachine
 from zabd.storage.base import MemoryStorage, Storage
+from zabd.storage.disk import DiskStorage
 
 
 def open_storage(config: ServerConfig) -> Storage:
@@ -16,15 +18,9 @@ def open_storage(config: ServerConfig) -> Storage:
     and problem) or ``MemoryStorage``."""
     if config.storage == "memory":
         return MemoryStorage()
-    from zabd.storage.disk import DiskStorage
-
     seg = config.log_segment_bytes
     return DiskStorage(config.data_dir, fsync=config.fsync, segment_bytes=seg, prealloc_bytes=min(seg, 16 << 20))
 
 
 def open_state_machine(config: ServerConfig) -> StateMachine:
-    if config.state_machine == "none":
-        return NullStateMachine()
-    from zabd.server.durable import KVMachine
-
-    return KVMachine()
+    return NullMachine() if config.state_machine == "none" else KVMachine()

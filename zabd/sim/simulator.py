@@ -8,6 +8,7 @@ no-ops, so the digest is the one the tick-by-tick loop of section 7 produces.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
@@ -40,7 +41,8 @@ class SimConfig:
             flat = ",".join(f"{s},{d}" for s, d in sorted(self.partition))
             parts.append(f"--partition {flat}")
         if self.faults:
-            parts.append("--faults " + ",".join(str(e) for e in self.faults))
+            # quoted: a one-way cut (cut:1>2@...) holds a shell redirection
+            parts.append("--faults " + shlex.quote(",".join(str(e) for e in self.faults)))
         if self.options != CANONICAL:
             parts.append(f"--variant {self.options.name}")
         return " ".join(parts)

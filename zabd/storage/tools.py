@@ -118,6 +118,13 @@ def verify_main(argv: list[str]) -> int:
     p.add_argument("dir", help="the server's data directory")
     p.add_argument("-v", "--verbose", action="store_true", help="also print what was checked")
     args = p.parse_args(argv)
+    if not os.path.isdir(args.dir):
+        print(f"zabd log verify: {args.dir}: not a directory", file=sys.stderr)
+        return 2
+    if not any(os.path.exists(os.path.join(args.dir, name)) for name in ("epochs", "log", "snap")):
+        print(f"zabd log verify: {args.dir}: not a zabd data directory (no epochs file, log or snap folder)",
+              file=sys.stderr)
+        return 2
     problems, notes = verify(args.dir)
     if args.verbose:
         for n in notes:

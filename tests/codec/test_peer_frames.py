@@ -1,4 +1,4 @@
-"""Peer frame codec: every core message round-trips; bad bodies are refused."""
+"""Peer frame codec: every core message and driver frame round-trips; bad bodies are refused."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zabd.client import schema
+from zabd.codec import client as schema
+from zabd.codec import peer as wire
+from zabd.codec.framing import FrameError, FrameReader
 from zabd.protocol.messages import (
     Ack,
     AckEpoch,
@@ -20,7 +22,6 @@ from zabd.protocol.messages import (
     Txn,
     Vote,
 )
-from zabd.server import wire
 
 u32 = st.integers(0, 2**32 - 1)
 u64 = st.integers(0, 2**64 - 1)
@@ -44,7 +45,7 @@ messages = st.one_of(
 @settings(max_examples=200, deadline=None)
 def test_round_trip_in_any_chunking(msgs: list[Message], chunk: int) -> None:
     data = b"".join(wire.encode_message(m) for m in msgs)
-    reader = wire.FrameReader(1 << 20)
+    reader = FrameReader(1 << 20)
     bodies = []
     for i in range(0, len(data), chunk):
         bodies.extend(reader.feed(data[i : i + chunk]))
@@ -58,11 +59,11 @@ def test_new_leader_split_and_reassembled() -> None:
     frames = wire.encode_new_leader(msg, max_frame=64 * 1024)
     assert len(frames) > 10
     assert all(len(f) <= 64 * 1024 for f in frames)
-    reader = wire.FrameReader(64 * 1024)
-    asm = wire.NewLeaderAssembler()
-    out = [asm.add(b) for b in reader.feed(b"".join(frames))]
-    assert out[:-1] == [None] * (len(frames) - 1)
-    assert out[-1] == msg
+    reader = FrameReader(64 * 1024)
+    parts = [wire.decode_frame(b) for b in reader.feed(b"".join(frames))]
+    assert all(isinstance(p, wire.NewLeaderPart) for p in parts)
+    assert [p.final for p in parts] == [False] * (len(parts) - 1) + [True]  # type: ignore[union-attr]
+    assert tuple(t for p in parts for t in p.txns) == msg.history  # type: ignore[union-attr]
     # small histories stay one ordinary frame
     assert wire.encode_new_leader(NewLeader(1, hist[:3]), 64 * 1024) == [wire.encode_message(NewLeader(1, hist[:3]))]
 
@@ -85,13 +86,13 @@ def test_new_leader_split_and_reassembled() -> None:
     ],
 )
 def test_bad_bodies_refused(body: object) -> None:
-    with pytest.raises(wire.FrameError):
+    with pytest.raises(FrameError):
         wire.decode_message(body)
 
 
 def test_oversized_header_refused_before_body() -> None:
-    reader = wire.FrameReader(1024)
-    with pytest.raises(wire.FrameError, match="exceeds"):
+    reader = FrameReader(1024)
+    with pytest.raises(FrameError, match="exceeds"):
         reader.feed(b"\x00\x00\x04\x01")
 
 
@@ -119,6 +120,56 @@ def test_hand_encoded_frames_match_msgpack() -> None:
     for z in (0, 1, 2**32 + 5, 2**64 - 1):
         assert msgpack.unpackb(wire.encode_message(Ack(z))[4:]) == [7, z]
         assert msgpack.unpackb(wire.encode_message(Commit(z))[4:]) == [8, z]
-        body = msgpack.unpackb(wire.ok_zxid_frame(12345, z)[4:])
+        body = msgpack.unpackb(schema.ok_zxid_frame(12345, z)[4:])
         assert body == {"v": 1, "id": 12345, "ok": True, "zxid": z}
         assert schema.ProposeResult.model_validate(body).zxid == z
+
+
+DRIVER_FRAMES = [
+    wire.Hello(wire.WIRE_VERSION, 3),
+    wire.Forward(7, b"raw payload"),
+    wire.Forward(8, ("put", "k", b"v", 0)),
+    wire.Forward(9, ("cas", "k", b"v", 4)),
+    wire.Forward(10, ("delete", "k", b"", -1)),
+    wire.ForwardOk(7, 2**40),
+    wire.ForwardErr(7, "no_leader", "retry"),
+    wire.SyncInfoFrame(0, (2**32 + 5, 2**33 + 1)),
+    wire.SyncPlanFrame(3, "SNAP", 0, 2**32 + 9, 2**32 + 9, b"snapshot"),
+    wire.SyncPlanFrame(3, "DIFF", 2**32 + 9, 0, 0, None),
+    wire.SyncTxns(3, True, (Txn(2**32 + 10, b"a"),)),
+    wire.SyncReq(11),
+    wire.SnapData(3, b"more"),
+    wire.Ping(),
+]
+TAGS = {
+    wire.Hello: wire.TAG_HELLO, wire.Forward: wire.TAG_FORWARD, wire.ForwardOk: wire.TAG_FORWARD_OK,
+    wire.ForwardErr: wire.TAG_FORWARD_ERR, wire.SyncInfoFrame: wire.TAG_SYNC_INFO,
+    wire.SyncPlanFrame: wire.TAG_SYNC_PLAN, wire.SyncTxns: wire.TAG_SYNC_TXNS, wire.SyncReq: wire.TAG_SYNC_REQ,
+    wire.SnapData: wire.TAG_SNAP_DATA, wire.Ping: wire.TAG_PING,
+}
+
+
+@pytest.mark.parametrize("got", DRIVER_FRAMES, ids=[type(f).__name__ for f in DRIVER_FRAMES])
+def test_driver_frames_round_trip(got: wire.DriverFrame) -> None:
+    fields = [int(x) if isinstance(x, bool) else x for x in got]
+    (body,) = FrameReader(1 << 20).feed(wire.frame((TAGS[type(got)], *fields)))
+    assert wire.decode_frame(body) == got
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        (wire.TAG_HELLO, 2, 256),  # node id out of range
+        (wire.TAG_FORWARD, 1, ("put", "k", b"v", 3)),  # a put names no version
+        (wire.TAG_FORWARD, 1, ("rename", "k", b"v", 0)),
+        (wire.TAG_FORWARD, -1, b"x"),
+        (wire.TAG_SYNC_PLAN, 1, "COPY", 0, 0, 0, None),
+        (wire.TAG_SYNC_TXNS, 1, 1, ((2, b"a"), (1, b"b"))),  # not ascending
+        (wire.TAG_SYNC_INFO, 0, (-1,)),
+        (wire.TAG_PING, 1),
+        (72, 1, 2),  # a tag nobody speaks
+    ],
+)
+def test_bad_driver_frames_refused(body: tuple[object, ...]) -> None:
+    with pytest.raises(FrameError):
+        wire.decode_frame(body)

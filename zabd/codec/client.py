@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from zabd.codec.framing import frame, pack_header
 
 VERSION = 1
 U64 = 2**64 - 1
@@ -207,3 +210,19 @@ def error_body(rid: int, code: str, message: str, leader: int = 0) -> dict[str, 
         "retryable": code in RETRYABLE,
         "leader": leader,
     }
+
+
+def error_frame(rid: int, code: str, message: str, leader: int = 0) -> bytes:
+    return frame(error_body(rid, code, message, leader))
+
+
+_packb = msgpack.packb
+_OK_ZXID_A = b"\x84" + _packb("v") + _packb(1) + _packb("id")
+_OK_ZXID_B = _packb("ok") + _packb(True) + _packb("zxid") + b"\xcf"
+
+
+def ok_zxid_frame(rid: int, zxid: int) -> bytes:
+    """The frame of {"v": 1, "id": rid, "ok": true, "zxid": zxid}, built
+    without msgpack's encoder: it answers most requests (propose, sync)."""
+    body: bytes = _OK_ZXID_A + _packb(rid) + _OK_ZXID_B + zxid.to_bytes(8, "big")
+    return pack_header(len(body)) + body

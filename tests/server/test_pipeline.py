@@ -1,0 +1,175 @@
+"""Persist before you speak, driven without a socket.
+
+A real core (``Node``) and the server's ``EffectPipeline`` over a real
+``DiskStorage`` (real files, real fdatasync). The test plays the network:
+it hands the core messages, and decides when a flush runs. Nothing the core
+says after a persist effect may reach the speaker before the flush that
+covers it returned (ZOOKEEPER-3911, -4643, -4646).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zabd.protocol import zxid as zx
+from zabd.protocol.effects import PHASE_BROADCAST, RoleChanged
+from zabd.protocol.messages import (
+    Ack,
+    AckEpoch,
+    AckLeader,
+    Commit,
+    Message,
+    NewEpoch,
+    NewLeader,
+    Propose,
+    Txn,
+    Vote,
+)
+from zabd.protocol.node import LEADING, Node
+from zabd.protocol.options import SERVER
+from zabd.server.pipeline import EffectPipeline
+from zabd.storage.disk import DiskStorage
+from zabd.storage.epochs import read_epochs
+from zabd.storage.txnlog import iter_records
+
+
+class Recorder:
+    """The pipeline's speaker: what would have gone out, in order."""
+
+    def __init__(self) -> None:
+        self.said: list[tuple[str, Any]] = []
+
+    def send(self, peer: int, msg: Message) -> None:
+        self.said.append(("send", (peer, msg)))
+
+    def broadcast(self, msg: Message) -> None:
+        self.said.append(("broadcast", msg))
+
+    def committed(self, zxid: int) -> None:
+        self.said.append(("committed", zxid))
+
+    def role_changed(self, change: RoleChanged) -> None:
+        self.said.append(("role", change))
+
+    def take(self) -> list[tuple[str, Any]]:
+        out, self.said = self.said, []
+        return out
+
+
+class Rig:
+    def __init__(self, path: Path, node_id: int, early: bool = False) -> None:
+        self.disk = DiskStorage(str(path))
+        self.disk.load()
+        self.node = Node(node_id, [p for p in (1, 2, 3) if p != node_id], 7, SERVER)
+        self.out = Recorder()
+        self.pipe = EffectPipeline(self.disk, self.out, early_propose=early)
+
+    def deliver(self, src: int, msg: Message, t: int = 10) -> list[tuple[str, Any]]:
+        self.node.on_message(src, msg, t)
+        self.pipe.run(self.node.take_effects())
+        return self.out.take()
+
+    async def flush(self) -> list[tuple[str, Any]]:
+        target = self.pipe.written
+        syncs = self.disk.stats.syncs
+        pending = self.pipe.unflushed
+        await self.disk.flush()
+        assert self.disk.stats.syncs > syncs or not pending, "the flush did not fdatasync"
+        self.pipe.flushed(target)
+        return self.out.take()
+
+
+def messages(said: list[tuple[str, Any]]) -> list[Message]:
+    return [x[1] if kind == "send" else x for kind, x in said if kind in ("send", "broadcast")]
+
+
+async def test_a_follower_acknowledges_only_what_is_on_disk(tmp_path: Path) -> None:
+    rig = Rig(tmp_path / "d2", 2)
+    # NewEpoch -> PersistEpochs, then AckEpoch: held until the epochs are durable
+    said = rig.deliver(1, NewEpoch(5))
+    assert messages(said) == [] and rig.pipe.unflushed
+    assert messages(await rig.flush()) == [AckEpoch(5, 0, 0)]
+    ep = read_epochs(str(tmp_path / "d2" / "epochs"))
+    assert ep is not None and ep.accepted_epoch == 5
+
+    # NewLeader -> ReplaceHistory + PersistEpochs, then AckLeader
+    z1, z2 = zx.make(4, 1), zx.make(4, 2)
+    said = rig.deliver(1, NewLeader(5, (Txn(z1, b"a"), Txn(z2, b"b"))))
+    assert messages(said) == []
+    assert messages(await rig.flush()) == [AckLeader(5)]
+    assert [(r.zxid, r.payload) for r in iter_records(str(tmp_path / "d2"))] == [(z1, b"a"), (z2, b"b")]
+    ep = read_epochs(str(tmp_path / "d2" / "epochs"))
+    assert ep is not None and ep.current_epoch == 5
+
+    # Propose -> AppendTxn, then Ack only after the record is synced
+    z = zx.make(5, 1)
+    assert messages(rig.deliver(1, Propose(Txn(z, b"payload")))) == []
+    assert messages(await rig.flush()) == [Ack(z)]
+    assert [r.zxid for r in iter_records(str(tmp_path / "d2"))][-1] == z
+
+
+async def leader_rig(path: Path, early: bool) -> Rig:
+    """Node 3 leads epoch 1 with node 1's support, synced."""
+    rig = Rig(path, 3, early)
+    rig.node.start_election(0)
+    rig.node.on_message(1, Vote(0, 0, 0, 3), 1)
+    assert rig.node.role == LEADING
+    rig.pipe.run(rig.node.take_effects())
+    await rig.flush()
+    rig.deliver(1, AckEpoch(1, 0, 0))
+    await rig.flush()
+    rig.deliver(1, AckLeader(1))
+    await rig.flush()
+    assert rig.node.synced
+    return rig
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["strict-default", "early-propose"])
+async def test_a_commit_waits_for_the_leaders_own_fsync(tmp_path: Path, early: bool) -> None:
+    rig = await leader_rig(tmp_path / "d3", early)
+    z = rig.node.propose(b"new", 20)
+    rig.pipe.run(rig.node.take_effects())
+    said = rig.out.take()
+    if early:
+        # leader_early_propose: the Propose leaves while the leader's append syncs
+        assert messages(said) == [Propose(Txn(z, b"new"))]
+    else:
+        assert messages(said) == []
+    # node 1 acknowledges: a quorum, but the leader's own copy is not durable yet
+    said = rig.deliver(1, Ack(z), 21)
+    assert messages(said) == [] and ("committed", z) not in said
+    assert [r.zxid for r in iter_records(str(tmp_path / "d3"))] == []  # written, not even flushed to the file
+    said = await rig.flush()
+    assert [r.zxid for r in iter_records(str(tmp_path / "d3"))] == [z]
+    expected = [Commit(z)] if early else [Propose(Txn(z, b"new")), Commit(z)]
+    assert messages(said) == expected
+    assert ("committed", z) in said  # the client's answer, after the fsync
+
+
+async def test_only_the_last_commit_of_a_batch_is_carried_out(tmp_path: Path) -> None:
+    rig = await leader_rig(tmp_path / "d3", early=False)
+    zs = [rig.node.propose(b"p%d" % k, 20) for k in range(5)]
+    rig.pipe.run(rig.node.take_effects())
+    await rig.flush()
+    rig.out.take()
+    for z in zs:  # five acks in one batch: five commits decided
+        rig.node.on_message(1, Ack(z), 21)
+    effects = rig.node.take_effects()
+    assert sum(1 for e in effects if getattr(e, "msg", None) == Commit(zs[-1])) == 1
+    assert sum(1 for e in effects if isinstance(getattr(e, "msg", None), Commit)) == 5
+    rig.pipe.run(effects)
+    said = rig.out.take()
+    assert messages(said) == [Commit(zs[-1])]
+    assert [x for kind, x in said if kind == "committed"] == [zs[-1]]
+
+
+async def test_role_changes_wait_in_the_same_queue(tmp_path: Path) -> None:
+    rig = Rig(tmp_path / "d2", 2)
+    said = rig.deliver(1, NewLeader(5, ()))
+    assert not [x for kind, x in said if kind == "role"]  # the change follows the persist: held too
+    said = await rig.flush()
+    roles = [x for kind, x in said if kind == "role"]
+    assert roles and roles[-1].phase == PHASE_BROADCAST

@@ -1,0 +1,209 @@
+"""Peer and client sessions, and the proposal path, driven with bytes and a
+real core: no socket, no timing (as h11 is tested)."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from zabd.codec import client as schema
+from zabd.codec import peer as wire
+from zabd.codec.framing import FrameError, FrameReader, frame
+from zabd.kv import KVMachine
+from zabd.protocol import zxid as zx
+from zabd.protocol.messages import AckEpoch, AckLeader, Commit, NewLeader, Txn, Vote
+from zabd.protocol.node import LEADING, Node
+from zabd.protocol.options import SERVER
+from zabd.server.client_session import MAX_OUTSTANDING, ClientSession
+from zabd.server.peer_session import HandshakeDone, PeerSession, SyncArrived
+from zabd.server.proposals import ProposalPath
+
+MEMBERS = frozenset({1, 2, 3})
+
+
+def body(data: bytes) -> object:
+    (got,) = FrameReader(1 << 20).feed(data)
+    return got
+
+
+# ------------------------------------------------------------ peer session
+
+
+def test_a_dialed_session_says_hello_first() -> None:
+    s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
+    (hello,) = s.take_output(0.0)
+    assert wire.decode_frame(body(hello)) == wire.Hello(wire.WIRE_VERSION, 1)
+
+
+def test_an_accepted_session_needs_a_hello_from_a_lower_member() -> None:
+    s = PeerSession(2, MEMBERS, None, 1 << 20, now=0.0)
+    assert s.feed(frame((wire.TAG_HELLO, wire.WIRE_VERSION, 1)), 1.0) == [HandshakeDone(1)]
+    assert s.peer == 1 and s.last_rx == 1.0
+    for bad, why in (
+        (frame((wire.TAG_HELLO, wire.WIRE_VERSION, 3)), "lower-id member"),  # 3 does not dial 2
+        (frame((wire.TAG_HELLO, wire.WIRE_VERSION, 9)), "lower-id member"),  # not a member
+        (frame((wire.TAG_HELLO, wire.WIRE_VERSION + 1, 1)), "wire version"),
+        (frame((8, 5)), "expected Hello first"),
+    ):
+        with pytest.raises(FrameError, match=why):
+            PeerSession(2, MEMBERS, None, 1 << 20, now=0.0).feed(bad, 0.0)
+
+
+def test_core_messages_and_new_leader_parts() -> None:
+    s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
+    history = tuple(Txn(zx.make(1, i), b"x" * 300) for i in range(1, 200))
+    parts = wire.encode_new_leader(NewLeader(2, history), max_frame=16 * 1024)
+    assert len(parts) > 3
+    data = wire.encode_message(Commit(7)) + b"".join(parts) + wire.PING_FRAME
+    got: list[object] = []
+    for i in range(0, len(data), 1000):  # any chunking
+        got.extend(s.feed(data[i : i + 1000], 0.0))
+    assert got == [Commit(7), NewLeader(2, history)]  # parts joined, ping absorbed
+
+
+def test_a_sync_plan_arrives_whole() -> None:
+    s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
+    t1, t2 = Txn(zx.make(4, 1), b"a"), Txn(zx.make(4, 2), b"b")
+    data = (
+        frame((wire.TAG_SYNC_PLAN, 5, "SNAP", 0, zx.make(3, 9), zx.make(3, 9), b"snap-"))
+        + frame((wire.TAG_SNAP_DATA, 5, b"shot"))
+        + frame((wire.TAG_SYNC_TXNS, 5, 0, [t1]))
+        + frame((wire.TAG_SYNC_TXNS, 5, 1, [t2]))
+    )
+    (arrived,) = s.feed(data, 0.0)
+    assert isinstance(arrived, SyncArrived)
+    assert arrived.plan.mode == "SNAP" and arrived.snapshot == b"snap-shot" and arrived.txns == (t1, t2)
+    with pytest.raises(FrameError, match="without its SyncPlan"):
+        s.feed(frame((wire.TAG_SYNC_TXNS, 5, 1, [t2])), 0.0)
+
+
+def test_keepalive_pings_an_idle_link_and_gives_up_on_a_silent_one() -> None:
+    s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
+    s.take_output(0.0)
+    assert s.keepalive(0.1, ping_s=0.25, silence_s=1.5) and s.out == []
+    assert s.keepalive(0.3, ping_s=0.25, silence_s=1.5) and s.out == [wire.PING_FRAME]
+    s.take_output(0.3)
+    s.feed(wire.PING_FRAME, 1.0)  # heard from: alive again
+    assert s.keepalive(2.4, ping_s=0.25, silence_s=1.5)
+    assert not s.keepalive(2.6, ping_s=0.25, silence_s=1.5)
+
+
+# ---------------------------------------------------------- client session
+
+
+def test_answers_leave_in_request_order_and_deferred_ones_in_their_turn() -> None:
+    s = ClientSession(1 << 20)
+    first = s.open_slot()
+    state = {"value": b"old"}
+    s.open_slot(lambda: state["value"])  # computed only when its turn comes
+    third = s.open_slot()
+    s.complete(third, b"3")
+    assert s.take_output() == []
+    state["value"] = b"new"  # the write before it took effect
+    s.complete(first, b"1")
+    assert s.take_output() == [b"1", b"new", b"3"]
+
+
+def test_reading_pauses_with_too_many_requests_in_flight() -> None:
+    s = ClientSession(1 << 20)
+    slots = [s.open_slot() for _ in range(MAX_OUTSTANDING + 1)]
+    assert s.wants_pause()
+    s.reading_paused = True
+    for slot in slots[: MAX_OUTSTANDING // 2 + 1]:
+        s.complete(slot, b"x")
+    assert s.wants_resume()
+
+
+# ------------------------------------------------------------ proposal path
+
+
+class Links:
+    def __init__(self) -> None:
+        self.frames: list[tuple[int, object]] = []
+        self.up = {3}
+
+    def send_frame(self, peer: int, data: bytes) -> bool:
+        if peer not in self.up:
+            return False
+        self.frames.append((peer, body(data)))
+        return True
+
+    def now(self) -> int:
+        return 100
+
+
+class Position:
+    applied = 0
+
+
+def synced_leader() -> Node:
+    node = Node(3, [1, 2], 7, SERVER)
+    node.start_election(0)
+    node.on_message(1, Vote(0, 0, 0, 3), 1)
+    node.on_message(1, AckEpoch(1, 0, 0), 2)
+    node.on_message(1, AckLeader(1), 3)
+    assert node.role == LEADING and node.synced
+    node.take_effects()
+    return node
+
+
+def proposed_payloads(node: Node) -> list[bytes]:
+    return [t.payload for t in node.history]
+
+
+def test_raw_and_kv_writes_queued_behind_each_other_keep_their_order() -> None:
+    """The client-order bug: a put pipelined behind queued proposals was
+    proposed first. One admission queue for both kinds keeps FIFO order."""
+    node = synced_leader()
+    machine = KVMachine()
+    path = ProposalPath(node, machine, Links(), Position(), max_inflight=2)
+    s = ClientSession(1 << 20)
+    path.submit(s, 1, b"p1")
+    path.submit(s, 2, b"p2")  # max_inflight reached: the next ones queue
+    path.submit(s, 3, ("put", "k", b"v", 0))
+    path.submit(s, 4, b"p3")
+    assert proposed_payloads(node) == [b"p1", b"p2"]
+    for txn in list(node.history):
+        machine.apply(txn)
+    Position.applied = node.history[-1].zxid
+    path.on_applied(Position.applied)
+    payloads = proposed_payloads(node)
+    assert payloads[:2] == [b"p1", b"p2"] and payloads[2].startswith(b"\xc1kv1") and payloads[3] == b"p3"
+    zxids = [t.zxid for t in node.history]
+    assert zxids == sorted(zxids)
+    Position.applied = 0
+
+
+def test_a_follower_forwards_writes_in_order_and_answers_after_applying() -> None:
+    node = Node(2, [1, 3], 7, SERVER)
+    node.on_message(3, NewLeader(1, ()), 5)  # follows 3, in sync
+    node.take_effects()
+    links = Links()
+    path = ProposalPath(node, KVMachine(), links, Position(), max_inflight=8)
+    s = ClientSession(1 << 20)
+    path.submit(s, 1, b"p1")
+    path.submit(s, 2, ("put", "k", b"v", 0))
+    path.sync(s, 3)
+    sent = [f for _, f in links.frames]
+    assert [f[0] for f in sent] == [wire.TAG_FORWARD, wire.TAG_FORWARD, wire.TAG_SYNC_REQ]  # type: ignore[index]
+    assert sent[0][2] == b"p1" and sent[1][2] == ("put", "k", b"v", 0)  # type: ignore[index]
+    path.on_forward_ok(wire.ForwardOk(1, zx.make(1, 1)))  # committed at the leader, not applied here
+    assert s.take_output() == []
+    Position.applied = zx.make(1, 1)
+    path.on_applied(Position.applied)
+    (answer,) = s.take_output()
+    assert msgpack.unpackb(answer[4:]) == {"v": 1, "id": 1, "ok": True, "zxid": zx.make(1, 1)}
+    path.leader_changed("the leader changed")  # the forwarded put's fate is unknown
+    out = [msgpack.unpackb(f[4:]) for f in s.take_output()]
+    assert [o["error"] for o in out] == [schema.LEADER_LOST, schema.LEADER_LOST]
+    Position.applied = 0
+
+
+def test_a_write_with_no_leader_is_refused_as_not_applied() -> None:
+    node = Node(2, [1, 3], 7, SERVER)  # looking
+    path = ProposalPath(node, KVMachine(), Links(), Position(), max_inflight=8)
+    s = ClientSession(1 << 20)
+    path.submit(s, 9, b"x")
+    (answer,) = s.take_output()
+    got = msgpack.unpackb(answer[4:])
+    assert got["error"] == schema.NO_LEADER and got["retryable"] is True

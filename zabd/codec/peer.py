@@ -1,0 +1,362 @@
+"""The peer port's frames: the core's messages and the driver's own.
+
+A body is a msgpack array ``[tag, *fields]``. Tags 0..8 are the core's
+messages (the index in ``MESSAGE_TYPES``), so a message maps 1:1 to a frame.
+Tags from 64 up are the driver's frames, which the core never sees:
+
+| tag | frame | direction | fields |
+| --- | --- | --- | --- |
+| 64 | Hello | dialer -> acceptor, first | wire version, node id |
+| 65 | Forward | follower -> leader | forward id, write (bytes: a raw proposal; [op, key, value, version]: KV) |
+| 66 | ForwardOk | leader -> follower | forward id, zxid (committed) |
+| 67 | ForwardErr | leader -> follower | forward id, error code, message |
+| 68 | NewLeader part | leader -> follower | epoch, final (0/1), txns (a NewLeader above one frame) |
+| 69 | SyncInfo | follower -> leader | base, last zxid of each epoch after it |
+| 70 | SyncPlan | leader -> follower | epoch, mode, truncate_to, snapshot zxid, log base, snapshot bytes or nil |
+| 71 | SyncTxns | leader -> follower | epoch, final (0/1), txns (after a SyncPlan) |
+| 73 | SyncReq | follower -> leader | forward id (answered by ForwardOk with the commit point) |
+| 74 | SnapData | leader -> follower | epoch, more snapshot bytes (between SyncPlan and SyncTxns) |
+| 75 | Ping | both | (none): proves an idle link alive |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from zabd.codec.framing import FrameError, frame, is_node, is_u32, is_u64, pack_header, short
+from zabd.protocol.messages import (
+    MESSAGE_TYPES,
+    Ack,
+    AckEpoch,
+    AckLeader,
+    Commit,
+    LookForLeader,
+    Message,
+    NewEpoch,
+    NewLeader,
+    Propose,
+    Txn,
+    Vote,
+)
+
+WIRE_VERSION = 2
+
+TAG_HELLO = 64
+TAG_FORWARD = 65
+TAG_FORWARD_OK = 66
+TAG_FORWARD_ERR = 67
+TAG_NEWLEADER_PART = 68
+TAG_SYNC_INFO = 69
+TAG_SYNC_PLAN = 70
+TAG_SYNC_TXNS = 71
+TAG_SYNC_REQ = 73
+TAG_SNAP_DATA = 74
+TAG_PING = 75
+
+TAG_OF: dict[type, int] = {cls: i for i, cls in enumerate(MESSAGE_TYPES)}
+SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
+
+# A KV write on the wire: (op, key, value, version), op in put/cas/delete.
+KVWrite = tuple[str, str, bytes, int]
+
+
+class Hello(NamedTuple):
+    version: int
+    node: int
+
+
+class Forward(NamedTuple):
+    fid: int
+    write: bytes | KVWrite
+
+
+class ForwardOk(NamedTuple):
+    fid: int
+    zxid: int
+
+
+class ForwardErr(NamedTuple):
+    fid: int
+    code: str
+    message: str
+
+
+class NewLeaderPart(NamedTuple):
+    epoch: int
+    final: bool
+    txns: tuple[Txn, ...]
+
+
+class SyncInfoFrame(NamedTuple):
+    base: int
+    epoch_ends: tuple[int, ...]
+
+
+class SyncPlanFrame(NamedTuple):
+    epoch: int
+    mode: str
+    truncate_to: int
+    snapshot_zxid: int
+    log_base: int
+    data: bytes | None
+
+
+class SyncTxns(NamedTuple):
+    epoch: int
+    final: bool
+    txns: tuple[Txn, ...]
+
+
+class SyncReq(NamedTuple):
+    fid: int
+
+
+class SnapData(NamedTuple):
+    epoch: int
+    data: bytes
+
+
+class Ping(NamedTuple):
+    pass
+
+
+DriverFrame = (
+    Hello | Forward | ForwardOk | ForwardErr | NewLeaderPart | SyncInfoFrame | SyncPlanFrame | SyncTxns | SyncReq
+    | SnapData | Ping
+)
+PeerFrame = Message | DriverFrame
+
+# --------------------------------------------------------------- encoding
+
+# Ack and Commit are most of the frames: [tag, zxid] with the zxid always as
+# msgpack uint64 (any integer encoding decodes the same).
+_ACK_PREFIX = pack_header(11) + b"\x92\x07\xcf"
+_COMMIT_PREFIX = pack_header(11) + b"\x92\x08\xcf"
+PING_FRAME = frame((TAG_PING,))
+
+
+def encode_message(msg: Message) -> bytes:
+    """One peer frame for a core message (NamedTuples pack as arrays)."""
+    cls = type(msg)
+    if cls is Ack or cls is Commit:
+        z: int = msg[0]  # type: ignore[assignment]
+        return (_ACK_PREFIX if cls is Ack else _COMMIT_PREFIX) + z.to_bytes(8, "big")
+    return frame((TAG_OF[cls], *msg))
+
+
+_TXN_OVERHEAD = 16  # msgpack bytes around one txn: array header, zxid, bin header
+
+
+def txn_chunks(txns: tuple[Txn, ...] | list[Txn], budget: int) -> list[list[Txn]]:
+    """``txns`` cut into consecutive runs that each encode in about ``budget``
+    bytes (a run holds at least one txn); always at least one run."""
+    chunks: list[list[Txn]] = []
+    chunk: list[Txn] = []
+    size = 32
+    for txn in txns:
+        need = len(txn.payload) + _TXN_OVERHEAD
+        if chunk and size + need > budget:
+            chunks.append(chunk)
+            chunk = []
+            size = 32
+        chunk.append(txn)
+        size += need
+    chunks.append(chunk)
+    return chunks
+
+
+def encode_new_leader(msg: NewLeader, max_frame: int) -> list[bytes]:
+    """One NewLeader as one frame, or as consecutive part frames when the
+    history would not fit in ``max_frame``; the receiver reassembles them and
+    hands the core one NewLeader. Wire-level only: FIFO keeps them together."""
+    chunks = txn_chunks(msg.history, max_frame // 2)
+    if len(chunks) == 1:
+        return [encode_message(msg)]
+    last = len(chunks) - 1
+    return [frame((TAG_NEWLEADER_PART, msg.epoch, int(k == last), chunk)) for k, chunk in enumerate(chunks)]
+
+
+# --------------------------------------------------------------- decoding
+
+# tuple.__new__ directly: a NamedTuple's own __new__ is a Python-level lambda,
+# measurably slow at one call per frame.
+_tnew = tuple.__new__
+
+
+def decode_txn(x: Any) -> Txn:
+    if type(x) is tuple and len(x) == 2:
+        z, p = x
+        if type(z) is int and 0 < z <= 0xFFFF_FFFF_FFFF_FFFF and type(p) is bytes:
+            return _tnew(Txn, x)
+    raise FrameError(f"bad txn {short(x)}")
+
+
+def decode_txns(raw: Any, what: str) -> tuple[Txn, ...]:
+    """Txns in strictly ascending zxid order, or FrameError."""
+    if type(raw) is not tuple:
+        raise FrameError(f"malformed {what}: txns are not an array")
+    txns = tuple(decode_txn(t) for t in raw)
+    last = 0
+    for t in txns:
+        if t.zxid <= last:
+            raise FrameError(f"{what} txns are not in ascending zxid order")
+        last = t.zxid
+    return txns
+
+
+def _core(tag: int, body: tuple[Any, ...]) -> Message | None:
+    n = len(body)
+    if tag == 7:  # Ack: the most frequent frame first
+        if n == 2 and is_u64(body[1]):
+            return _tnew(Ack, body[1:])
+    elif tag == 8:
+        if n == 2 and is_u64(body[1]):
+            return _tnew(Commit, body[1:])
+    elif tag == 6:
+        if n == 2:
+            return _tnew(Propose, (decode_txn(body[1]),))
+    elif tag == 0:
+        if n == 4 and is_u32(body[1]) and is_u64(body[2]) and is_u32(body[3]):
+            return LookForLeader(body[1], body[2], body[3])
+    elif tag == 1:
+        if n == 5 and is_u32(body[1]) and is_u64(body[2]) and is_u32(body[3]) and is_node(body[4]):
+            return Vote(body[1], body[2], body[3], body[4])
+    elif tag == 2:
+        if n == 2 and is_u32(body[1]):
+            return NewEpoch(body[1])
+    elif tag == 3:
+        if n == 4 and is_u32(body[1]) and is_u32(body[2]) and is_u64(body[3]):
+            return AckEpoch(body[1], body[2], body[3])
+    elif tag == 4:
+        if n == 3 and is_u32(body[1]):
+            return NewLeader(body[1], decode_txns(body[2], "NewLeader"))
+    elif tag == 5 and n == 2 and is_u32(body[1]):
+        return AckLeader(body[1])
+    return None
+
+
+def decode_message(body: Any) -> Message:
+    """A validated core message from a decoded body (tags 0..8 only)."""
+    tag = _tag(body)
+    if tag >= len(MESSAGE_TYPES):
+        raise FrameError(f"unknown peer frame tag {short(tag)}")
+    msg = _core(tag, body)
+    if msg is None:
+        raise FrameError(f"malformed {MESSAGE_TYPES[tag].__name__} frame {short(body)}")
+    return msg
+
+
+def _tag(body: Any) -> int:
+    if type(body) is not tuple or not body:
+        raise FrameError(f"peer frame is not an array: {short(body)}")
+    tag = body[0]
+    if type(tag) is not int:
+        raise FrameError(f"peer frame tag is not an integer: {short(tag)}")
+    return tag
+
+
+def _kv_write(x: Any) -> KVWrite | None:
+    if type(x) is tuple and len(x) == 4 and type(x[1]) is str and type(x[2]) is bytes and type(x[3]) is int:
+        op, _key, _value, version = x
+        if (op == "put" and version == 0) or (op == "cas" and is_u64(version)):
+            return x
+        if op == "delete" and (version == -1 or is_u64(version)):
+            return x
+    return None
+
+
+def _hello(b: tuple[Any, ...]) -> Hello | None:
+    return Hello(b[1], b[2]) if len(b) == 3 and type(b[1]) is int and is_node(b[2]) else None
+
+
+def _forward(b: tuple[Any, ...]) -> Forward | None:
+    if len(b) == 3 and is_u64(b[1]):
+        write = b[2] if type(b[2]) is bytes else _kv_write(b[2])
+        if write is not None:
+            return Forward(b[1], write)
+    return None
+
+
+def _forward_ok(b: tuple[Any, ...]) -> ForwardOk | None:
+    return ForwardOk(b[1], b[2]) if len(b) == 3 and is_u64(b[1]) and is_u64(b[2]) else None
+
+
+def _forward_err(b: tuple[Any, ...]) -> ForwardErr | None:
+    ok = len(b) == 4 and is_u64(b[1]) and type(b[2]) is str and type(b[3]) is str
+    return ForwardErr(b[1], b[2], b[3]) if ok else None
+
+
+def _new_leader_part(b: tuple[Any, ...]) -> NewLeaderPart | None:
+    if len(b) == 4 and is_u32(b[1]) and b[2] in (0, 1):
+        return NewLeaderPart(b[1], b[2] == 1, decode_txns(b[3], "NewLeader part"))
+    return None
+
+
+def _sync_info(b: tuple[Any, ...]) -> SyncInfoFrame | None:
+    if len(b) == 3 and is_u64(b[1]) and type(b[2]) is tuple and all(is_u64(e) for e in b[2]):
+        return SyncInfoFrame(b[1], b[2])
+    return None
+
+
+def _sync_plan(b: tuple[Any, ...]) -> SyncPlanFrame | None:
+    if (
+        len(b) == 7
+        and is_u32(b[1])
+        and b[2] in SYNC_MODES
+        and all(is_u64(x) for x in b[3:6])
+        and (b[6] is None or type(b[6]) is bytes)
+    ):
+        return SyncPlanFrame(b[1], b[2], b[3], b[4], b[5], b[6])
+    return None
+
+
+def _sync_txns(b: tuple[Any, ...]) -> SyncTxns | None:
+    if len(b) == 4 and is_u32(b[1]) and b[2] in (0, 1):
+        return SyncTxns(b[1], b[2] == 1, decode_txns(b[3], "SyncTxns"))
+    return None
+
+
+def _sync_req(b: tuple[Any, ...]) -> SyncReq | None:
+    return SyncReq(b[1]) if len(b) == 2 and is_u64(b[1]) else None
+
+
+def _snap_data(b: tuple[Any, ...]) -> SnapData | None:
+    return SnapData(b[1], b[2]) if len(b) == 3 and is_u32(b[1]) and type(b[2]) is bytes else None
+
+
+def _ping(b: tuple[Any, ...]) -> Ping | None:
+    return Ping() if len(b) == 1 else None
+
+
+_DRIVER: dict[int, tuple[str, Callable[[tuple[Any, ...]], DriverFrame | None]]] = {
+    TAG_HELLO: ("Hello", _hello),
+    TAG_FORWARD: ("Forward", _forward),
+    TAG_FORWARD_OK: ("ForwardOk", _forward_ok),
+    TAG_FORWARD_ERR: ("ForwardErr", _forward_err),
+    TAG_NEWLEADER_PART: ("NewLeader part", _new_leader_part),
+    TAG_SYNC_INFO: ("SyncInfo", _sync_info),
+    TAG_SYNC_PLAN: ("SyncPlan", _sync_plan),
+    TAG_SYNC_TXNS: ("SyncTxns", _sync_txns),
+    TAG_SYNC_REQ: ("SyncReq", _sync_req),
+    TAG_SNAP_DATA: ("SnapData", _snap_data),
+    TAG_PING: ("Ping", _ping),
+}
+
+
+def decode_frame(body: Any) -> PeerFrame:
+    """A validated core message or driver frame; FrameError otherwise."""
+    tag = _tag(body)
+    if tag < len(MESSAGE_TYPES):
+        msg = _core(tag, body)
+        if msg is None:
+            raise FrameError(f"malformed {MESSAGE_TYPES[tag].__name__} frame {short(body)}")
+        return msg
+    entry = _DRIVER.get(tag)
+    if entry is None:
+        raise FrameError(f"unknown peer frame tag {tag}")
+    name, decode = entry
+    got = decode(body)
+    if got is None:
+        raise FrameError(f"malformed {name} frame {short(body)}")
+    return got

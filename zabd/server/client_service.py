@@ -1,0 +1,112 @@
+"""What a client may ask, and where each request goes. Socket-free.
+
+Requests are validated with the pydantic schema (``zabd.codec.client``),
+except ``propose``, whose hot-path check accepts exactly what the schema
+accepts. Writes take the proposal path; reads (``status``, ``read``,
+``get``) are answered from this replica in their turn, after every earlier
+request of the connection (a read pipelined after a write sees it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from zabd.codec import client as schema
+from zabd.codec.framing import frame
+from zabd.kv.kvmachine import KVMachine
+from zabd.kv.machine import StateMachine
+from zabd.server.applier import Applier, Watches
+from zabd.server.client_session import ClientSession
+from zabd.server.proposals import ProposalPath
+
+
+class ClientService:
+    def __init__(
+        self,
+        proposals: ProposalPath,
+        applier: Applier,
+        watches: Watches,
+        machine: StateMachine,
+        status: Callable[[], dict[str, Any]],
+        log: Any,
+    ) -> None:
+        self.proposals = proposals
+        self.applier = applier
+        self.watches = watches
+        self.kv = machine if isinstance(machine, KVMachine) else None
+        self.status = status
+        self.log = log
+        self._routes: dict[type, Callable[[ClientSession, Any], None]] = {
+            schema.ProposeRequest: lambda s, r: proposals.submit(s, r.id, r.payload),
+            schema.PutRequest: lambda s, r: proposals.submit(s, r.id, ("put", r.key, r.value, 0)),
+            schema.CasRequest: lambda s, r: proposals.submit(s, r.id, ("cas", r.key, r.value, r.version)),
+            schema.DeleteRequest: lambda s, r: proposals.submit(s, r.id, ("delete", r.key, b"", r.version)),
+            schema.SyncRequest: lambda s, r: proposals.sync(s, r.id),
+            schema.StatusRequest: self._status,
+            schema.ReadRequest: self._read,
+            schema.GetRequest: self._get,
+            schema.WatchRequest: self._watch,
+        }
+
+    def handle(self, session: ClientSession, bodies: list[Any], addr: str) -> bool:
+        """Serve the request bodies read from ``session``; False when the
+        connection must be closed once its answers are out (a bad request)."""
+        fast = schema.fast_propose
+        submit = self.proposals.submit
+        for body in bodies:
+            if session.closed:
+                return True
+            got = fast(body)
+            if got is not None and not session.watching:
+                submit(session, got[0], got[1])
+                continue
+            try:
+                req = schema.REQUEST_ADAPTER.validate_python(body)
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                where = ".".join(str(p) for p in err["loc"]) or "request"
+                text = f"{where}: {err['msg']}"
+                rid = body.get("id", 0) if isinstance(body, dict) else 0
+                self.log.error("bad client request; closing the connection", addr=addr, error=text)
+                session.answer(schema.error_frame(rid if isinstance(rid, int) else 0, schema.BAD_REQUEST, text))
+                return False
+            if session.watching:
+                session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, "this connection is a watch stream"))
+                continue
+            self._routes[type(req)](session, req)
+        return True
+
+    def _status(self, session: ClientSession, req: schema.StatusRequest) -> None:
+        session.open_slot(lambda: frame({"v": 1, "id": req.id, "ok": True, "status": self.status()}))
+
+    def _read(self, session: ClientSession, req: schema.ReadRequest) -> None:
+        def answer() -> bytes:
+            txns = self.applier.read(req.from_zxid, req.limit)
+            return frame({"v": 1, "id": req.id, "ok": True, "txns": txns, "last_committed": self.applier.applied})
+
+        session.open_slot(answer)
+
+    def _get(self, session: ClientSession, req: schema.GetRequest) -> None:
+        if self.kv is None:
+            msg = "this server runs without a KV state machine"
+            session.answer(schema.error_frame(req.id, schema.UNSUPPORTED, msg))
+            return
+
+        def answer() -> bytes:
+            assert self.kv is not None
+            res = self.kv.store.get(req.key)
+            body = {"v": 1, "id": req.id, "ok": True, "value": res.value, "version": res.version}
+            body["zxid"] = self.applier.applied
+            return frame(body)
+
+        session.open_slot(answer)
+
+    def _watch(self, session: ClientSession, req: schema.WatchRequest) -> None:
+        if session.outstanding:
+            msg = "watch on a connection with requests in flight"
+            session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, msg))
+            return
+        self.watches.start(session, req.id, req.from_zxid)

@@ -1,0 +1,126 @@
+"""One client connection as a state machine of bytes, without a socket.
+
+Requests are answered in the order they arrived (FIFO client order, as
+ZooKeeper guarantees), however their answers are computed: each request gets
+a :class:`Slot`, answers leave only from the head of the queue. A slot may be
+*deferred*: its answer is computed only when every earlier one has been
+answered (a ``get`` pipelined after a ``put`` sees the put). A watch turns
+the connection into a stream of committed transactions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from zabd.codec.framing import FrameReader
+
+MAX_OUTSTANDING = 4096  # requests in flight on one connection before reading pauses
+
+
+class Slot:
+    __slots__ = ("data", "resolve")
+
+    def __init__(self, resolve: Callable[[], bytes] | None = None) -> None:
+        self.data: bytes | None = None
+        self.resolve = resolve
+
+
+class ClientSession:
+    def __init__(self, max_frame: int) -> None:
+        self.reader = FrameReader(max_frame, use_list=True)
+        self.slots: deque[Slot] = deque()
+        self.out: list[bytes] = []
+        self.closed = False
+        self.reading_paused = False
+        self.watch_id: int | None = None
+        self.watch_next = 0  # first zxid the watcher has not been sent
+        # told when output appears, so that a transport writes only the
+        # connections that have something to say
+        self.on_output: Callable[[], None] | None = None
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Request bodies (FrameError on a bad frame: close the connection)."""
+        return self.reader.feed(data)
+
+    @property
+    def mid_frame(self) -> int:
+        return self.reader.buffered
+
+    # -------------------------------------------------------------- answers
+
+    def open_slot(self, resolve: Callable[[], bytes] | None = None) -> Slot:
+        """A place for the answer of the request just read. With ``resolve``,
+        the answer is ``resolve()``, called when every earlier answer is out."""
+        slot = Slot(resolve)
+        self.slots.append(slot)
+        if resolve is not None and len(self.slots) == 1:
+            self._drain()
+        return slot
+
+    def answer(self, frame: bytes) -> None:
+        """Answer the request just read, in its turn."""
+        slot = Slot()
+        self.slots.append(slot)
+        self.complete(slot, frame)
+
+    def complete(self, slot: Slot, frame: bytes) -> None:
+        if self.closed:
+            return
+        slot.data = frame
+        if self.slots and self.slots[0] is slot:
+            self._drain()
+
+    def _drain(self) -> None:
+        slots = self.slots
+        out = self.out
+        was_empty = not out
+        while slots:
+            head = slots[0]
+            if head.data is None:
+                if head.resolve is None:
+                    break
+                head.data = head.resolve()
+            out.append(head.data)
+            slots.popleft()
+        if was_empty and out and self.on_output is not None:
+            self.on_output()
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.slots)
+
+    def wants_pause(self) -> bool:
+        """Too many requests in flight: stop reading until some are answered."""
+        return not self.reading_paused and len(self.slots) > MAX_OUTSTANDING
+
+    def wants_resume(self) -> bool:
+        return self.reading_paused and len(self.slots) <= MAX_OUTSTANDING // 2
+
+    # ---------------------------------------------------------------- watch
+
+    def start_watch(self, watch_id: int, from_zxid: int) -> None:
+        self.watch_id = watch_id
+        self.watch_next = from_zxid
+
+    @property
+    def watching(self) -> bool:
+        return self.watch_id is not None
+
+    # --------------------------------------------------------------- output
+
+    def push(self, frame: bytes) -> None:
+        if not self.out and self.on_output is not None:
+            self.on_output()
+        self.out.append(frame)
+
+    def take_output(self) -> list[bytes]:
+        out = self.out
+        if out:
+            self.out = []
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+        self.slots.clear()

@@ -1,0 +1,169 @@
+"""One peer link as a state machine of bytes, without a socket (as h11 does).
+
+``feed(data)`` turns received bytes into :class:`PeerEvent` values: the
+handshake is checked, NewLeader parts and sync frames are put back together,
+pings are absorbed. Outgoing frames are queued with ``push`` and taken by the
+transport once per loop iteration. The session also knows when its link was
+last heard from and last spoken on, for the transport's keep-alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from zabd.codec import peer as wire
+from zabd.codec.framing import FrameError, FrameReader, frame, short
+from zabd.protocol.messages import Message, NewLeader, Txn
+
+
+class HandshakeDone(NamedTuple):
+    """The link now speaks for ``peer``."""
+
+    peer: int
+
+
+class SyncArrived(NamedTuple):
+    """A complete sync plan from the leader: its plan frame, the snapshot
+    bytes (SNAP only) and every txn that follows."""
+
+    plan: wire.SyncPlanFrame
+    snapshot: bytes | None
+    txns: tuple[Txn, ...]
+
+
+# What a session hands the replica: a core message (NewLeader parts already
+# joined), a driver frame, or one of the two events above.
+PeerEvent = Message | HandshakeDone | SyncArrived | wire.DriverFrame
+
+
+class PeerSession:
+    """``peer`` is known from the start on a link this node dialed; on an
+    accepted link the first frame must be a Hello from a lower-id member."""
+
+    def __init__(self, own_id: int, members: frozenset[int], peer: int | None, max_frame: int, now: float) -> None:
+        self.own_id = own_id
+        self.members = members
+        self.peer = peer
+        self.dialed = peer is not None
+        self.reader = FrameReader(max_frame)
+        self.max_frame = max_frame
+        self.out: list[bytes] = []
+        self.closed = False
+        self.last_rx = self.last_tx = now
+        self._parts: list[Txn] = []
+        self._parts_epoch = -1
+        self._sync: tuple[wire.SyncPlanFrame, bytearray | None, list[Txn]] | None = None
+        self.on_output: Callable[[], None] | None = None  # told when output appears
+        if self.dialed:
+            self.out.append(frame((wire.TAG_HELLO, wire.WIRE_VERSION, own_id)))
+
+    # ---------------------------------------------------------------- input
+
+    def feed(self, data: bytes, now: float) -> list[PeerEvent]:
+        """Events for ``data``; raises FrameError on anything malformed (the
+        caller then closes the link: nothing after a bad frame can be trusted)."""
+        self.last_rx = now
+        events: list[PeerEvent] = []
+        for body in self.reader.feed(data):
+            got = wire.decode_frame(body)
+            if self.peer is None:
+                events.append(self._hello(got))
+                continue
+            cls = type(got)
+            if cls is wire.Ping:
+                continue
+            assemble = _ASSEMBLERS.get(cls)
+            if assemble is None:
+                events.append(got)
+            else:
+                whole = assemble(self, got)
+                if whole is not None:
+                    events.append(whole)
+        return events
+
+    def _hello(self, got: wire.PeerFrame) -> HandshakeDone:
+        if not isinstance(got, wire.Hello):
+            raise FrameError(f"expected Hello first, got {short(got)}")
+        if got.version != wire.WIRE_VERSION:
+            raise FrameError(f"peer speaks wire version {got.version}; this node speaks {wire.WIRE_VERSION}")
+        if got.node not in self.members or got.node >= self.own_id:
+            raise FrameError(f"Hello from node {got.node}: not a lower-id member of this ensemble")
+        self.peer = got.node
+        return HandshakeDone(got.node)
+
+    def _new_leader_part(self, part: wire.NewLeaderPart) -> NewLeader | None:
+        if self._parts and part.epoch != self._parts_epoch:
+            raise FrameError(f"NewLeader part for epoch {part.epoch} inside one for epoch {self._parts_epoch}")
+        self._parts_epoch = part.epoch
+        if self._parts and part.txns and part.txns[0].zxid <= self._parts[-1].zxid:
+            raise FrameError("NewLeader history is not in ascending zxid order")
+        self._parts.extend(part.txns)
+        if not part.final:
+            return None
+        msg = NewLeader(part.epoch, tuple(self._parts))
+        self._parts = []
+        self._parts_epoch = -1
+        return msg
+
+    def _sync_plan(self, plan: wire.SyncPlanFrame) -> None:
+        self._sync = (plan, bytearray(plan.data) if plan.data is not None else None, [])
+
+    def _snap_data(self, more: wire.SnapData) -> None:
+        if self._sync is None or self._sync[0].epoch != more.epoch or self._sync[1] is None:
+            raise FrameError("SnapData without its SNAP plan")
+        self._sync[1].extend(more.data)
+
+    def _sync_txns(self, part: wire.SyncTxns) -> SyncArrived | None:
+        if self._sync is None or self._sync[0].epoch != part.epoch:
+            raise FrameError("SyncTxns without its SyncPlan")
+        plan, data, txns = self._sync
+        if txns and part.txns and part.txns[0].zxid <= txns[-1].zxid:
+            raise FrameError("sync plan txns are not in ascending zxid order")
+        txns.extend(part.txns)
+        if not part.final:
+            return None
+        self._sync = None
+        return SyncArrived(plan, bytes(data) if data is not None else None, tuple(txns))
+
+    @property
+    def mid_frame(self) -> int:
+        """Bytes of an unfinished frame (a link closed now cut a frame)."""
+        return self.reader.buffered
+
+    # --------------------------------------------------------------- output
+
+    def push(self, data: bytes) -> None:
+        if not self.out and self.on_output is not None:
+            self.on_output()
+        self.out.append(data)
+
+    def push_all(self, frames: list[bytes]) -> None:
+        if not self.out and self.on_output is not None:
+            self.on_output()
+        self.out.extend(frames)
+
+    def take_output(self, now: float) -> list[bytes]:
+        out = self.out
+        if out:
+            self.out = []
+            self.last_tx = now
+        return out
+
+    def keepalive(self, now: float, ping_s: float, silence_s: float) -> bool:
+        """Queue a ping on an idle link; False when the link went silent for
+        ``silence_s`` and must be closed (a partition that drops packets
+        gives no RST, so TCP alone would wait many seconds)."""
+        if now - self.last_rx > silence_s:
+            return False
+        if now - self.last_tx >= ping_s and not self.out:
+            self.push(wire.PING_FRAME)
+        return True
+
+
+_ASSEMBLERS: dict[type, Callable[[PeerSession, Any], PeerEvent | None]] = {
+    wire.NewLeaderPart: PeerSession._new_leader_part,
+    wire.SyncPlanFrame: PeerSession._sync_plan,
+    wire.SnapData: PeerSession._snap_data,
+    wire.SyncTxns: PeerSession._sync_txns,
+}

@@ -1,0 +1,124 @@
+"""The core's effects carried out in order: persist before you speak.
+
+Socket-free: persist effects go to a :class:`~zabd.storage.base.Storage` at
+once (buffered); every other effect that follows a persist not yet durable
+waits, in order, until ``flushed`` reports the flush that covers it. What the
+pipeline says goes to a :class:`Speaker` (the replica: sockets, the applier,
+logs). Client answers (``CommitTo``) and role changes wait in the same queue
+as sends, so nothing leaves ahead of what it depends on (ZOOKEEPER-3911,
+-4643, -4646 were acknowledgements that left before their data was durable).
+
+Two liberties, neither visible to the protocol:
+
+* within one batch of effects only the last ``Broadcast(Commit)`` and the
+  last ``CommitTo`` are carried out: a commit covers every zxid below it, and
+  a follower that receives ``Commit(z2)`` without ``Commit(z1)`` commits both;
+* ``leader_early_propose``: a leader's ``Broadcast(Propose)`` with nothing
+  held before it leaves while the leader's own append syncs, as ZooKeeper's
+  leader does (a proposal acknowledges nothing; the Commit and CommitTo it
+  leads to still wait for that sync).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from zabd.protocol.effects import (
+    AppendTxn,
+    Broadcast,
+    CommitTo,
+    Effect,
+    PersistEpochs,
+    ReplaceHistory,
+    RoleChanged,
+    Send,
+)
+from zabd.protocol.messages import Commit, Message, Propose
+from zabd.storage.base import Storage
+
+
+class Speaker(Protocol):
+    def send(self, peer: int, msg: Message) -> None: ...
+
+    def broadcast(self, msg: Message) -> None: ...
+
+    def committed(self, zxid: int) -> None: ...
+
+    def role_changed(self, change: RoleChanged) -> None: ...
+
+
+class EffectPipeline:
+    def __init__(self, storage: Storage, speaker: Speaker, *, early_propose: bool = False) -> None:
+        self.storage = storage
+        self.speaker = speaker
+        self.early_propose = early_propose
+        self.written = 0  # persist effects handed to storage
+        self.durable = 0  # persist effects known durable
+        self.held: deque[tuple[int, Effect]] = deque()
+        self._persist: dict[type, Callable[[Any], None]] = {
+            AppendTxn: lambda e: storage.append(e.txn),
+            PersistEpochs: lambda e: storage.persist_epochs(e.accepted_epoch, e.epoch_leader, e.current_epoch),
+            ReplaceHistory: lambda e: storage.replace_history(e.history),
+        }
+        self._speak: dict[type, Callable[[Any], None]] = {
+            Send: lambda e: speaker.send(e.dst, e.msg),
+            Broadcast: lambda e: speaker.broadcast(e.msg),
+            CommitTo: lambda e: speaker.committed(e.zxid),
+            RoleChanged: speaker.role_changed,
+        }
+
+    @property
+    def unflushed(self) -> bool:
+        """Something was handed to storage that is not known durable yet."""
+        return self.written > self.durable
+
+    def run(self, effects: list[Effect]) -> None:
+        persist = self._persist
+        speak = self._speak
+        held = self.held
+        last_commit, last_commit_to = _last_commits(effects)
+        for i, e in enumerate(effects):
+            cls = type(e)
+            do_persist = persist.get(cls)
+            if do_persist is not None:
+                do_persist(e)
+                self.written += 1
+                continue
+            if (cls is CommitTo and i != last_commit_to) or (i != last_commit and _is_commit(e)):
+                continue  # a later commit in this batch covers it
+            if held or self.written > self.durable:
+                if self.early_propose and not held and isinstance(e, Broadcast) and isinstance(e.msg, Propose):
+                    speak[cls](e)
+                else:
+                    held.append((self.written, e))
+            else:
+                speak[cls](e)
+
+    def flushed(self, upto: int) -> None:
+        """Every persist effect up to number ``upto`` is durable: speak what
+        waited for it."""
+        self.durable = max(self.durable, upto)
+        held = self.held
+        speak = self._speak
+        while held and held[0][0] <= self.durable:
+            e = held.popleft()[1]
+            speak[type(e)](e)
+
+
+def _is_commit(e: Effect) -> bool:
+    return isinstance(e, Broadcast) and isinstance(e.msg, Commit)
+
+
+def _last_commits(effects: list[Effect]) -> tuple[int, int]:
+    last_commit = last_commit_to = -1
+    for i in range(len(effects) - 1, -1, -1):
+        e = effects[i]
+        if last_commit_to < 0 and type(e) is CommitTo:
+            last_commit_to = i
+        elif last_commit < 0 and _is_commit(e):
+            last_commit = i
+        if last_commit >= 0 and last_commit_to >= 0:
+            break
+    return last_commit, last_commit_to

@@ -1,0 +1,275 @@
+"""The one path every client write takes: raw proposals and KV writes alike.
+
+At the leader a write waits in one admission queue (at most ``max_inflight``
+proposals uncommitted at once), is proposed in arrival order, and is answered
+once the state machine applied it here. At a follower it is forwarded to the
+leader on the peer link, in arrival order, and answered once this replica
+applied it too (a client that writes through a node and then reads from it
+sees its write). One queue for both kinds is what keeps a client's requests
+ordered as sent (FIFO client order).
+
+Failures say what became of the write: ``no_leader`` when it certainly was
+not proposed (safe to retry), ``leader_lost`` when it may or may not commit.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from zabd.codec import client as schema
+from zabd.codec import peer as wire
+from zabd.codec.framing import frame
+from zabd.kv.kvmachine import KV_MAGIC, KVMachine
+from zabd.kv.machine import StateMachine
+from zabd.kv.store import OK, Cas, Delete, Put, Request
+from zabd.protocol import zxid as zx
+from zabd.protocol.messages import Txn
+from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
+from zabd.server.client_session import ClientSession, Slot
+
+Write = bytes | wire.KVWrite  # a raw payload, or (op, key, value, version)
+
+RAW = 0
+KV = 1
+SYNC = 2
+
+
+class LocalReply(NamedTuple):
+    """A client of this node waits for the answer."""
+
+    session: ClientSession
+    slot: Slot
+    rid: int
+    kind: int  # RAW, KV or SYNC
+
+
+class PeerReply(NamedTuple):
+    """A follower forwarded the write; it answers its own client."""
+
+    peer: int
+    fid: int
+
+
+Reply = LocalReply | PeerReply
+
+
+class Links(Protocol):
+    def send_frame(self, peer: int, data: bytes) -> bool:
+        """Queue ``data`` on the link to ``peer``; False if it is down."""
+        ...
+
+    def now(self) -> int:
+        """The core's clock, in ticks."""
+        ...
+
+
+class Applied(Protocol):
+    @property
+    def applied(self) -> int: ...
+
+
+class ProposalPath:
+    def __init__(self, node: Node, machine: StateMachine, links: Links, applied: Applied, max_inflight: int) -> None:
+        self.node = node
+        self.kv = machine if isinstance(machine, KVMachine) else None
+        self.links = links
+        self.position = applied
+        self.max_inflight = max_inflight
+        self.admit: deque[tuple[Write, Reply]] = deque()  # leader: not yet proposed
+        self.pending: deque[tuple[int, Reply]] = deque()  # leader: proposed, in zxid order
+        self.forwarded: dict[int, LocalReply] = {}  # follower: sent to the leader, unanswered
+        self.committed_elsewhere: deque[tuple[int, LocalReply]] = deque()  # committed at the leader, not here yet
+        self._next_fid = 0
+        self._kv_epoch = -1
+        self._kv_barrier = 0
+        self.stopping = False
+
+    # ------------------------------------------------------------- entries
+
+    def submit(self, session: ClientSession, rid: int, write: Write) -> None:
+        """A client write read from ``session``."""
+        kind = RAW if type(write) is bytes else KV
+        reply = LocalReply(session, session.open_slot(), rid, kind)
+        if kind == KV and self.kv is None:
+            self._fail(reply, schema.UNSUPPORTED, "this server runs without a KV state machine")
+        elif self.stopping:
+            self._fail(reply, schema.SHUTTING_DOWN, "server shutting down")
+        elif self.node.role == LEADING:
+            self._at_leader(write, reply)
+        else:
+            self._forward(reply, lambda fid: frame((wire.TAG_FORWARD, fid, write)))
+
+    def sync(self, session: ClientSession, rid: int) -> None:
+        """Answer once this replica applied the leader's commit point as of now."""
+        reply = LocalReply(session, session.open_slot(), rid, SYNC)
+        node = self.node
+        if node.role == LEADING and node.synced:
+            self._succeed(reply, self.position.applied)
+        else:
+            self._forward(reply, lambda fid: frame((wire.TAG_SYNC_REQ, fid)))
+
+    def on_forward(self, peer: int, fwd: wire.Forward) -> None:
+        reply = PeerReply(peer, fwd.fid)
+        if self.node.role != LEADING:
+            self._fail(reply, schema.NO_LEADER, "this node no longer leads; retry")
+        else:
+            self._at_leader(fwd.write, reply)
+
+    def on_sync_req(self, peer: int, req: wire.SyncReq) -> None:
+        self.links.send_frame(peer, frame((wire.TAG_FORWARD_OK, req.fid, self.position.applied)))
+
+    def on_forward_ok(self, ok: wire.ForwardOk) -> None:
+        reply = self.forwarded.pop(ok.fid, None)
+        if reply is None:
+            return
+        if ok.zxid <= self.position.applied:
+            self._succeed(reply, ok.zxid)
+        else:
+            self.committed_elsewhere.append((ok.zxid, reply))
+
+    def on_forward_err(self, err: wire.ForwardErr) -> None:
+        reply = self.forwarded.pop(err.fid, None)
+        if reply is not None:
+            code = err.code if err.code in schema.RETRYABLE else schema.LEADER_LOST
+            self._fail(reply, code, err.message)
+
+    # ---------------------------------------------------------------- leader
+
+    def _at_leader(self, write: Write, reply: Reply) -> None:
+        if not self.node.synced:
+            self._fail(reply, schema.NO_LEADER, "the leader is not ready; retry")
+        elif self.admit or len(self.pending) >= self.max_inflight or not self._propose(write, reply):
+            self.admit.append((write, reply))
+
+    def _propose(self, write: Write, reply: Reply) -> bool:
+        """Propose now; False if a KV write must wait for the previous epoch."""
+        node = self.node
+        try:
+            if type(write) is bytes:
+                z = node.propose(write, self.links.now())
+            else:
+                assert self.kv is not None and not isinstance(write, bytes)
+                if not self._kv_ready():
+                    return False
+                payload = self.kv.leader.prepare(_kv_request(write))
+                z = node.propose(KV_MAGIC + payload, self.links.now())
+                self.kv.leader.proposed(z, payload)
+        except NotLeader:
+            self._fail(reply, schema.NO_LEADER, "the leader is not ready; retry")
+            return True
+        self.pending.append((z, reply))
+        return True
+
+    def _kv_ready(self) -> bool:
+        # A new leadership forgets the pending view of an earlier one, and
+        # decides no condition before every txn of earlier epochs is applied
+        # here (the versions they set are what conditions are checked against).
+        assert self.kv is not None
+        epoch = self.node.current_epoch
+        if self._kv_epoch != epoch:
+            self.kv.leader.reset()
+            self._kv_epoch = epoch
+            h = self.node.history
+            i = bisect_left(h, zx.make(epoch, 1), key=txn_zxid)
+            self._kv_barrier = h[i - 1].zxid if i else 0
+        return self.position.applied >= self._kv_barrier
+
+    def _drain(self) -> None:
+        admit = self.admit
+        room = self.max_inflight - len(self.pending)
+        while admit and room > 0:
+            write, reply = admit[0]
+            if not self._propose(write, reply):
+                return
+            admit.popleft()
+            room -= 1
+
+    # -------------------------------------------------------------- follower
+
+    def _forward(self, reply: LocalReply, encode: Callable[[int], bytes]) -> None:
+        node = self.node
+        self._next_fid += 1
+        fid = self._next_fid
+        if node.role == FOLLOWING and self.links.send_frame(node.leader, encode(fid)):
+            self.forwarded[fid] = reply
+        else:
+            self._fail(reply, schema.NO_LEADER, "no leader at the moment; retry", node.leader)
+
+    # ------------------------------------------------------------ completion
+
+    def on_applied(self, z: int) -> None:
+        """Everything up to ``z`` is applied here: answer who waited for it."""
+        pending = self.pending
+        while pending and pending[0][0] <= z:
+            pz, reply = pending.popleft()
+            self._succeed(reply, pz)
+        if self.admit:
+            self._drain()
+        done = self.committed_elsewhere
+        while done and done[0][0] <= z:
+            pz, local = done.popleft()
+            self._succeed(local, pz)
+
+    def leadership_lost(self) -> None:
+        pending, self.pending = self.pending, deque()
+        for _, reply in pending:
+            self._fail(reply, schema.LEADER_LOST, "leadership lost before the commit; the outcome is unknown")
+        admit, self.admit = self.admit, deque()
+        for _, reply in admit:  # never proposed: safe to retry
+            self._fail(reply, schema.NO_LEADER, "leadership lost before this was proposed; retry")
+
+    def leader_changed(self, why: str) -> None:
+        """A follower's leader changed or its link broke."""
+        forwarded, self.forwarded = self.forwarded, {}
+        for reply in forwarded.values():
+            self._fail(reply, schema.LEADER_LOST, f"{why}; the outcome is unknown")
+        # committed at the leader already: durable on a quorum, so a success
+        done, self.committed_elsewhere = self.committed_elsewhere, deque()
+        for z, local in done:
+            self._succeed(local, z)
+
+    def _succeed(self, reply: Reply, z: int) -> None:
+        if isinstance(reply, PeerReply):
+            self.links.send_frame(reply.peer, frame((wire.TAG_FORWARD_OK, reply.fid, z)))
+        elif reply.kind == KV:
+            reply.session.complete(reply.slot, self._kv_answer(reply.rid, z))
+        else:
+            reply.session.complete(reply.slot, schema.ok_zxid_frame(reply.rid, z))
+
+    def _kv_answer(self, rid: int, z: int) -> bytes:
+        res = self.kv.result(z) if self.kv is not None else None
+        if res is None:
+            # applied before a snapshot install replaced the state here: committed, result not known
+            return frame({"v": 1, "id": rid, "ok": True, "zxid": z, "version": -1})
+        if res.code == OK:
+            return frame({"v": 1, "id": rid, "ok": True, "zxid": z, "version": res.version})
+        body = schema.error_body(rid, res.code, f"condition failed: {res.code} (version {res.version})")
+        body["zxid"] = z
+        body["version"] = res.version
+        return frame(body)
+
+    def _fail(self, reply: Reply, code: str, message: str, leader: int = 0) -> None:
+        if isinstance(reply, PeerReply):
+            self.links.send_frame(reply.peer, frame((wire.TAG_FORWARD_ERR, reply.fid, code, message)))
+        else:
+            reply.session.complete(reply.slot, schema.error_frame(reply.rid, code, message, leader))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.pending) + len(self.admit) + len(self.forwarded) + len(self.committed_elsewhere)
+
+
+def _kv_request(w: wire.KVWrite) -> Request:
+    op, key, value, version = w
+    if op == "put":
+        return Put(key, value)
+    if op == "cas":
+        return Cas(key, version, value)
+    return Delete(key, version)
+
+
+def txn_zxid(txn: Txn) -> int:
+    return txn.zxid

@@ -1,0 +1,101 @@
+"""The ``status`` answer: what a node is and how it is doing, as one dict."""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+from zabd.kv.kvmachine import KVMachine
+from zabd.kv.machine import StateMachine
+from zabd.protocol.node import ROLE_NAMES, Node
+from zabd.server.applier import Applier
+from zabd.server.config import ServerConfig
+from zabd.server.snapshots import Snapshotter
+from zabd.server.sync import SyncService
+from zabd.server.transport import Transport
+from zabd.storage.base import Storage
+
+PHASE_NAMES = ("none", "sync", "broadcast")
+
+
+class GcTimer:
+    """Time spent in the cyclic garbage collector (a gc callback)."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+        self._t0 = 0
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter_ns()
+        else:
+            self.ns += time.perf_counter_ns() - self._t0
+
+    def close(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
+class StatusReport:
+    def __init__(
+        self,
+        config: ServerConfig,
+        node: Node,
+        applier: Applier,
+        transport: Transport,
+        storage: Storage,
+        sync: SyncService,
+        machine: StateMachine,
+        snapshotter: Snapshotter | None,
+        gc_timer: GcTimer,
+    ) -> None:
+        self.config = config
+        self.node = node
+        self.applier = applier
+        self.transport = transport
+        self.storage = storage
+        self.sync = sync
+        self.kv = machine if isinstance(machine, KVMachine) else None
+        self.snapshotter = snapshotter
+        self.gc_timer = gc_timer
+        self.started = time.monotonic()
+        self.announced = (0, 0, 0, 0)  # role, leader, epoch, phase as last carried out
+
+    def __call__(self) -> dict[str, Any]:
+        node = self.node
+        role, leader, _, phase = self.announced
+        st = self.storage.stats
+        out: dict[str, Any] = {
+            "id": self.config.id,
+            "role": ROLE_NAMES[role],
+            "phase": PHASE_NAMES[phase],
+            "leader": leader,
+            "current_epoch": node.current_epoch,
+            "accepted_epoch": node.accepted_epoch,
+            "last_zxid": node.last_zxid(),
+            "last_committed": self.applier.applied,
+            "peers": list(self.config.peer_ids),
+            "peers_connected": sorted(p for p in self.transport.peers if self.transport.connected(p)),
+            "storage": self.config.storage,
+            "fsync": self.config.fsync,
+            "client_connections": len(self.transport.clients),
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "gc_ms": round(self.gc_timer.ns / 1e6, 1),
+            "gc_collections": [s["collections"] for s in gc.get_stats()],
+            "storage_stats": {"flushes": st.flushes, "syncs": st.syncs, "records_synced": st.records_synced},
+            **self.sync.status(),
+        }
+        if self.snapshotter is not None:
+            s = self.snapshotter.stats
+            out["snapshots"] = {
+                "taken": s.taken,
+                "last_zxid": s.last_zxid,
+                "snapshots_purged": s.snapshots_purged,
+                "segments_purged": s.segments_purged,
+            }
+        if self.kv is not None:
+            out["kv_keys"] = len(self.kv.store.data)
+            out["kv_digest"] = self.kv.digest()
+        return out

@@ -1,0 +1,334 @@
+"""Sockets: listeners, dialers, links, and one write per link per iteration.
+
+Mechanics only. Bytes that arrive go to the link's session object (socket
+free: ``peer_session``/``client_session``) and what it makes of them goes to
+the :class:`Handler` (the replica). Output queued on sessions during a loop
+iteration is written once per link at its end (``flush``), with
+``writelines``. The lower id of each pair dials; a dial gives up after
+``peer_connect_timeout_ms`` and is retried with a short backoff. A peer link
+is pinged when idle and closed when silent (``PeerSession.keepalive``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import socket
+import time
+from typing import Any, Protocol, cast
+
+from zabd.codec.framing import FrameError
+from zabd.server.client_session import ClientSession
+from zabd.server.config import ServerConfig
+from zabd.server.peer_session import HandshakeDone, PeerEvent, PeerSession
+
+BACKOFF_MIN = 0.02
+# Redials of a peer that is down are cheap (refused at once, or abandoned at
+# peer_connect_timeout_ms); a short cap rejoins a healed partition quickly.
+BACKOFF_MAX = 0.25
+
+
+class Handler(Protocol):
+    def peer_up(self, peer: int) -> None: ...
+
+    def peer_events(self, peer: int, events: list[PeerEvent]) -> None: ...
+
+    def peer_down(self, peer: int) -> None: ...
+
+    def client_requests(self, link: ClientLink, bodies: list[Any]) -> None: ...
+
+    def client_closed(self, link: ClientLink) -> None: ...
+
+    def client_stalled(self, link: ClientLink, stalled: bool) -> None: ...
+
+    def output_pending(self) -> None:
+        """Something was queued: flush at the end of this iteration."""
+        ...
+
+
+def _same(link: PeerLink) -> PeerLink:
+    return link
+
+
+def _nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _peername(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else "?"
+
+
+class _Link(asyncio.Protocol):
+    def __init__(self, net: Transport) -> None:
+        self.net = net
+        self.transport: asyncio.Transport | None = None
+        self.addr = "?"
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
+        _nodelay(transport)
+        self.addr = _peername(transport)
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.abort()
+
+    def write(self, frames: list[bytes]) -> None:
+        t = self.transport
+        if frames and t is not None and not self.closed:
+            t.writelines(frames)
+
+    def buffered(self) -> int:
+        t = self.transport
+        return t.get_write_buffer_size() if t is not None and not self.closed else 0
+
+    def take_output(self, now: float) -> list[bytes]:
+        raise NotImplementedError
+
+
+class PeerLink(_Link):
+    def __init__(self, net: Transport, peer: int | None) -> None:
+        super().__init__(net)
+        cfg = net.config
+        self.session = PeerSession(cfg.id, frozenset(cfg.peers), peer, cfg.max_frame, time.monotonic())
+        self.session.on_output = lambda: net.mark(self)
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.session.dialed:
+            self.net.mark(self)  # the Hello queued when the session was made
+            self.net.attach(self)
+
+    def take_output(self, now: float) -> list[bytes]:
+        return self.session.take_output(now)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.session.feed(data, time.monotonic())
+        except FrameError as exc:
+            self.net.log.error("peer frame rejected; closing the link", peer=self.session.peer, addr=self.addr,
+                               error=str(exc))
+            self.abort()
+            return
+        if events and isinstance(events[0], HandshakeDone):  # only ever the first event
+            self.net.attach(self)
+            events = events[1:]
+        if events and self.session.peer is not None and not self.closed:
+            self.net.handler.peer_events(self.session.peer, events)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session.mid_frame and not self.closed:
+            self.net.log.error("peer link closed mid-frame (truncated frame)", peer=self.session.peer,
+                               addr=self.addr, buffered=self.session.mid_frame)
+        self.closed = True
+        if not self.lost.done():
+            self.lost.set_result(None)
+        self.net.detach(self)
+
+
+class ClientLink(_Link):
+    def __init__(self, net: Transport) -> None:
+        super().__init__(net)
+        self.session = ClientSession(net.config.max_frame)
+        self.session.on_output = lambda: net.mark(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.net.clients.add(self)
+
+    def take_output(self, now: float) -> list[bytes]:
+        return self.session.take_output()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            bodies = self.session.feed(data)
+        except FrameError as exc:
+            self.net.log.error("client frame rejected; closing the connection", addr=self.addr, error=str(exc))
+            self.abort()
+            return
+        if bodies:
+            self.net.handler.client_requests(self, bodies)
+        self.pace()
+
+    def pace(self) -> None:
+        """Stop reading while too many requests are in flight, and go on."""
+        s = self.session
+        if self.transport is None or self.closed:
+            return
+        if s.wants_pause():
+            s.reading_paused = True
+            self.transport.pause_reading()
+        elif s.wants_resume():
+            s.reading_paused = False
+            self.transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        self.net.handler.client_stalled(self, True)
+
+    def resume_writing(self) -> None:
+        self.net.handler.client_stalled(self, False)
+
+    def close_after_output(self) -> None:
+        """Send what is queued, then close (after a bad request)."""
+        self.write(self.session.take_output())
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.session.mid_frame and not self.closed:
+            self.net.log.error("client connection closed mid-frame (truncated frame)", addr=self.addr,
+                               buffered=self.session.mid_frame)
+        self.closed = True
+        self.session.close()
+        self.net.clients.discard(self)
+        self.net.handler.client_closed(self)
+
+
+class Transport:
+    def __init__(self, config: ServerConfig, handler: Handler, log: Any) -> None:
+        self.config = config
+        self.handler = handler
+        self.log = log
+        self.peers: dict[int, PeerLink] = {}
+        self.clients: set[ClientLink] = set()
+        self.dirty: list[_Link] = []
+        self.servers: list[asyncio.AbstractServer] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
+        self._ping_s = config.peer_ping_ms / 1000.0
+        self._silence_s = config.peer_silence_ms / 1000.0
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.config.peer_addr(self.config.id)
+        self.servers.append(await loop.create_server(lambda: PeerLink(self, None), host, port, reuse_address=True))
+        chost, cport = self.config.client_addr
+        self.servers.append(await loop.create_server(lambda: ClientLink(self), chost, cport, reuse_address=True))
+        for peer in self.config.peer_ids:
+            if peer > self.config.id:
+                self.tasks.append(asyncio.create_task(self._dial(peer), name=f"dial-{peer}"))
+
+    async def _dial(self, peer: int) -> None:
+        loop = asyncio.get_running_loop()
+        host, port = self.config.peer_addr(peer)
+        timeout = self.config.peer_connect_timeout_ms / 1000.0
+        backoff = BACKOFF_MIN
+        while not self.stopping:
+            link = PeerLink(self, peer)
+            try:
+                await asyncio.wait_for(loop.create_connection(functools.partial(_same, link), host, port), timeout)
+            except (OSError, TimeoutError):
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                continue
+            up_at = time.monotonic()
+            await link.lost
+            if time.monotonic() - up_at > 1.0:
+                backoff = BACKOFF_MIN
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    # ----------------------------------------------------------- peer links
+
+    def attach(self, link: PeerLink) -> None:
+        peer = link.session.peer
+        assert peer is not None
+        old = self.peers.get(peer)
+        self.peers[peer] = link
+        self.log.info("peer connected", peer=peer, addr=link.addr)
+        if old is not None and old is not link:
+            old.abort()
+            self.handler.peer_down(peer)  # the old link's losses count as a broken link
+        self.handler.peer_up(peer)
+        self.handler.output_pending()
+
+    def detach(self, link: PeerLink) -> None:
+        peer = link.session.peer
+        if peer is None or self.peers.get(peer) is not link:
+            return
+        del self.peers[peer]
+        if not self.stopping:
+            self.log.info("peer disconnected", peer=peer)
+            self.handler.peer_down(peer)
+
+    def connected(self, peer: int) -> bool:
+        link = self.peers.get(peer)
+        return link is not None and not link.closed
+
+    def send_frame(self, peer: int, data: bytes) -> bool:
+        link = self.peers.get(peer)
+        if link is None or link.closed:
+            return False
+        link.session.push(data)
+        return True
+
+    def send_frames(self, peer: int, frames: list[bytes]) -> bool:
+        link = self.peers.get(peer)
+        if link is None or link.closed:
+            return False
+        link.session.push_all(frames)
+        return True
+
+    def keepalive(self) -> None:
+        now = time.monotonic()
+        for link in list(self.peers.values()):
+            if not link.closed and not link.session.keepalive(now, self._ping_s, self._silence_s):
+                self.log.warning("peer link silent; closing it to redial", peer=link.session.peer, addr=link.addr,
+                                 silent_ms=round((now - link.session.last_rx) * 1000))
+                link.abort()
+
+    # --------------------------------------------------------------- output
+
+    def mark(self, link: _Link) -> None:
+        if not self.dirty:
+            self.handler.output_pending()
+        self.dirty.append(link)
+
+    def flush(self) -> None:
+        """Write what the sessions queued: one ``writelines`` per link."""
+        dirty = self.dirty
+        if not dirty:
+            return
+        self.dirty = []
+        now = time.monotonic()
+        limit = self.config.max_link_buffer
+        for link in dirty:
+            link.write(link.take_output(now))
+            if link.buffered() > limit:
+                # a stopped reader must not grow this node's memory without bound
+                self.log.warning("connection write buffer over the limit; closing it", addr=link.addr,
+                                 buffered=link.buffered())
+                link.abort()
+
+    async def close(self) -> None:
+        self.stopping = True
+        for srv in self.servers:
+            srv.close()
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.flush()
+        for plink in list(self.peers.values()):
+            if plink.transport is not None:
+                plink.transport.close()
+        for clink in list(self.clients):
+            if clink.transport is not None:
+                clink.transport.close()
+        for srv in self.servers:
+            try:
+                await asyncio.wait_for(srv.wait_closed(), 1.0)
+            except (TimeoutError, OSError) as exc:
+                self.log.warning("listener did not close in time", error=repr(exc))
