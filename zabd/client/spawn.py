@@ -57,6 +57,7 @@ class LocalCluster:
         seed: int = 1,
         hosts: dict[int, str] | None = None,
         spawn: Spawner | None = None,
+        admin: bool = False,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -67,9 +68,11 @@ class LocalCluster:
         self.log_level = log_level
         self._own_dir = base_dir is None
         self.base = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="zabd-cluster-"))
-        ports = free_ports(2 * n)
+        ports = free_ports(3 * n)
         self.peer_ports = {i: ports[i - 1] for i in range(1, n + 1)}
         self.client_ports = {i: ports[n + i - 1] for i in range(1, n + 1)}
+        # the admin HTTP port (/health, /status, /metrics), when asked for
+        self.admin_ports = {i: ports[2 * n + i - 1] for i in range(1, n + 1)} if admin else {}
         self.hosts = hosts or {i: "127.0.0.1" for i in range(1, n + 1)}
         self._spawn = spawn
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -101,6 +104,8 @@ class LocalCluster:
                 f"fsync = {'true' if self.fsync else 'false'}",
                 f'log_level = "{self.log_level}"',
             ]
+            if self.admin_ports:
+                lines.append(f'admin = "{self.hosts[i]}:{self.admin_ports[i]}"')
             for key, value in self.extra.items():
                 if isinstance(value, bool):  # before int: bool is an int, and TOML spells it lowercase
                     lines.append(f"{key} = {'true' if value else 'false'}")

@@ -85,6 +85,7 @@ class Node:
         "leader",
         "in_sync",
         "leader_lost",
+        "election_reason",
         # election
         "target",
         "view",
@@ -138,6 +139,7 @@ class Node:
         self.leader = NO_LEADER
         self.in_sync = False
         self.leader_lost = False
+        self.election_reason = "start"
         self.target: tuple[int, int, int] = (0, zx.ZERO, self.id)
         self.view: dict[int, int] = {}
         self.max_epoch_seen = 0
@@ -270,7 +272,7 @@ class Node:
             self._leader_tick(t)
             return
         if self.leader_lost:
-            self.start_election(t)
+            self.start_election(t, "lost leader")
             return
         if t < self.election_deadline:
             return
@@ -278,7 +280,7 @@ class Node:
         if t < deadline:
             self.wake = deadline
             return
-        self.start_election(t)
+        self.start_election(t, "timer")
 
     def _leader_tick(self, t: int) -> None:
         last_heard = self.last_heard
@@ -287,7 +289,7 @@ class Node:
             if t - last_heard[f] < SUPPORT_WINDOW:
                 supporters += 1
         if supporters < self.quorum:
-            self.start_election(t)
+            self.start_election(t, "lost quorum")
             return
         if t - self.last_heartbeat >= HEARTBEAT_INTERVAL:
             self._heartbeat(t)
@@ -355,7 +357,7 @@ class Node:
         if self.role != LOOKING:
             return
         if self.target[2] != self.id:
-            self.start_election(t)
+            self.start_election(t, "new link")
             return
         last = self.last_zxid()
         self._send(peer, LookForLeader(self.current_epoch, last, self.accepted_epoch))
@@ -377,7 +379,9 @@ class Node:
 
     # --------------------------------------------------------------- election
 
-    def start_election(self, t: int) -> None:
+    def start_election(self, t: int, reason: str = "start") -> None:
+        """``reason`` is for the driver's logs only (``election_reason``)."""
+        self.election_reason = reason
         self.role = LOOKING
         self.leader = NO_LEADER
         self.in_sync = False
@@ -602,7 +606,7 @@ class Node:
                 self.effects.append(AppendTxn(m.txn))
                 self._send(leader, Ack(z))
             elif z > succ:
-                self.start_election(t)
+                self.start_election(t, "gap in proposals")
 
     def _on_ack(self, f: int, m: Ack, t: int) -> None:
         if self.role != LEADING:
@@ -618,7 +622,7 @@ class Node:
             z = m.zxid
             last = self.last_zxid()
             if z > last:
-                self.start_election(t)
+                self.start_election(t, "gap in commits")
                 return
             self.reset_deadline(t)
             if z <= self.last_committed:

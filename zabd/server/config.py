@@ -80,6 +80,10 @@ class ServerConfig(BaseModel):
     peer_ping_ms: int = Field(default=250, ge=10, le=60_000)
     peer_silence_ms: int = Field(default=1500, ge=50, le=600_000)
     peer_connect_timeout_ms: int = Field(default=500, ge=10, le=60_000)
+    # host:port of the admin HTTP port (/health, /status, /metrics); empty: off
+    admin: str = ""
+    # a storage flush slower than this is logged as a warning (and counted in /metrics)
+    slow_fsync_ms: int = Field(default=1000, ge=1, le=600_000)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -127,6 +131,13 @@ class ServerConfig(BaseModel):
         parse_hostport(value)
         return value
 
+    @field_validator("admin")
+    @classmethod
+    def _admin_valid(cls, value: str) -> str:
+        if value:
+            parse_hostport(value)
+        return value
+
     @model_validator(mode="after")
     def _cross_checks(self) -> ServerConfig:
         if self.peer_silence_ms < 2 * self.peer_ping_ms:
@@ -137,6 +148,8 @@ class ServerConfig(BaseModel):
         if self.id not in self.peers:
             raise ValueError(f"field 'id' = {self.id}: own id absent from peers; expected one of {sorted(self.peers)}")
         client = parse_hostport(self.client)
+        if self.admin and parse_hostport(self.admin) in (client, *(parse_hostport(a) for a in self.peers.values())):
+            raise ValueError(f"field 'admin' = {self.admin!r}: the port is already the client or a peer port")
         for node_id, addr in self.peers.items():
             if parse_hostport(addr) == client:
                 raise ValueError(
@@ -157,6 +170,10 @@ class ServerConfig(BaseModel):
     @property
     def client_addr(self) -> tuple[str, int]:
         return parse_hostport(self.client)
+
+    @property
+    def admin_addr(self) -> tuple[str, int] | None:
+        return parse_hostport(self.admin) if self.admin else None
 
 
 FIELDS = ServerConfig.model_fields

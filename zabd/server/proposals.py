@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
+from time import monotonic
 from typing import NamedTuple, Protocol
 
 from zabd.codec import client as schema
@@ -29,6 +30,7 @@ from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 from zabd.server.client_session import ClientSession, Slot
+from zabd.server.metrics import Latency
 
 Write = bytes | wire.KVWrite  # a raw payload, or (op, key, value, version)
 
@@ -44,6 +46,7 @@ class LocalReply(NamedTuple):
     slot: Slot
     rid: int
     kind: int  # RAW, KV or SYNC
+    start: float  # monotonic seconds when the request arrived
 
 
 class PeerReply(NamedTuple):
@@ -72,8 +75,18 @@ class Applied(Protocol):
 
 
 class ProposalPath:
-    def __init__(self, node: Node, machine: StateMachine, links: Links, applied: Applied, max_inflight: int) -> None:
+    def __init__(
+        self,
+        node: Node,
+        machine: StateMachine,
+        links: Links,
+        applied: Applied,
+        max_inflight: int,
+        latency: dict[str, Latency] | None = None,
+    ) -> None:
         self.node = node
+        latency = latency or {}
+        self._latency = (latency.get("write"), latency.get("write"), latency.get("sync"))  # by kind
         self.kv = machine if isinstance(machine, KVMachine) else None
         self.links = links
         self.position = applied
@@ -92,7 +105,7 @@ class ProposalPath:
     def submit(self, session: ClientSession, rid: int, write: Write) -> None:
         """A client write read from ``session``."""
         kind = RAW if type(write) is bytes else KV
-        reply = LocalReply(session, session.open_slot(), rid, kind)
+        reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
         if kind == KV and self.kv is None:
             self._fail(reply, schema.UNSUPPORTED, "this server runs without a KV state machine")
         elif self.stopping:
@@ -104,7 +117,7 @@ class ProposalPath:
 
     def sync(self, session: ClientSession, rid: int) -> None:
         """Answer once this replica applied the leader's commit point as of now."""
-        reply = LocalReply(session, session.open_slot(), rid, SYNC)
+        reply = LocalReply(session, session.open_slot(), rid, SYNC, monotonic())
         node = self.node
         if node.role == LEADING and node.synced:
             self._succeed(reply, self.position.applied)
@@ -234,7 +247,11 @@ class ProposalPath:
     def _succeed(self, reply: Reply, z: int) -> None:
         if isinstance(reply, PeerReply):
             self.links.send_frame(reply.peer, frame((wire.TAG_FORWARD_OK, reply.fid, z)))
-        elif reply.kind == KV:
+            return
+        hist = self._latency[reply.kind]
+        if hist is not None:
+            hist.observe(monotonic() - reply.start)
+        if reply.kind == KV:
             reply.session.complete(reply.slot, self._kv_answer(reply.rid, z))
         else:
             reply.session.complete(reply.slot, schema.ok_zxid_frame(reply.rid, z))

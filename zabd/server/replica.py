@@ -28,23 +28,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from zabd import __version__
 from zabd.codec import peer as wire
 from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
-from zabd.protocol.effects import PHASE_BROADCAST, RoleChanged
 from zabd.protocol.messages import MESSAGE_TYPES, Message
-from zabd.protocol.node import FOLLOWING, LEADING, ROLE_NAMES, Node
+from zabd.protocol.node import FOLLOWING, ROLE_NAMES, Node
 from zabd.protocol.options import SERVER
+from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
 from zabd.server.client_service import ClientService
 from zabd.server.config import ServerConfig
+from zabd.server.metrics import Counters, ReplicaCollector, registry
 from zabd.server.outbound import Outbound
 from zabd.server.peer_session import PeerEvent, SyncArrived
 from zabd.server.pipeline import EffectPipeline
 from zabd.server.proposals import ProposalPath
 from zabd.server.recovery import recover
+from zabd.server.roles import RoleTracker
 from zabd.server.snapshots import Snapshotter
-from zabd.server.status import PHASE_NAMES, GcTimer, StatusReport
+from zabd.server.status import GcTimer, StatusReport
 from zabd.server.sync import LinkRefused, SyncService
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zlog import get_logger, set_context
@@ -68,22 +71,31 @@ class Replica:
         self.recovered = recover(state, self.node, self.machine, self.log, warnings)
         if self.disk is not None and not self.disk.fsync:
             self.log.warning("fsync = false: acknowledged writes can be lost on a crash (benchmarks only)")
-        self.snapshotter = self._snapshotter()
+        # memory storage keeps nothing; a null machine's state is the whole log
+        self.snapshotter = None
+        if self.disk is not None and not isinstance(self.machine, NullMachine):
+            self.snapshotter = Snapshotter.for_server(config, self.disk, self.machine, self._snapshot_failed)
         self.applier = Applier(
             self.node, storage, self.machine, self.recovered.applied, config.max_frame, self.snapshotter
         )
         self.transport = Transport(config, self, self.log)
-        self.proposals = ProposalPath(self.node, self.machine, self, self.applier, config.max_inflight)
+        self.counters = Counters()
+        self.proposals = ProposalPath(
+            self.node, self.machine, self, self.applier, config.max_inflight, self.counters.requests
+        )
         self.watches = Watches(self.applier.read)
         self.sync = SyncService(
             self.node, self.machine, self.applier, self.disk, self.snapshotter, self.recovered.base,
             config.max_frame, self.log,
         )
         self.gc_timer = GcTimer()
+        self.roles = RoleTracker(self.node, self.proposals, self.counters, self.log)
+        self.role_changed = self.roles.changed
         self.status = StatusReport(
             config, self.node, self.applier, self.transport, storage, self.sync, self.machine, self.snapshotter,
-            self.gc_timer,
+            self.gc_timer, self.proposals, self.watches, self.roles,
         )
+        self.admin = AdminServer(self.status, registry(self._collector()), self.log)
         self.clients = ClientService(self.proposals, self.applier, self.watches, self.machine, self.status, self.log)
         self.outbound = Outbound(self.node, self.transport, self.sync, config.peer_ids, self.now, self.log)
         self.send, self.broadcast = self.outbound.send, self.outbound.broadcast
@@ -108,19 +120,14 @@ class Replica:
         self._stopped: asyncio.Event | None = None
         self.fatal: BaseException | None = None
 
-    def _snapshotter(self) -> Snapshotter | None:
-        if self.disk is None or isinstance(self.machine, NullMachine):
-            return None  # memory storage keeps nothing; a null machine's state is the whole log
-        cfg = self.config
+    def _snapshot_failed(self, exc: BaseException) -> None:
+        """From the snapshot thread: stop the node (its state on disk is in doubt)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._die, exc)
 
-        def failed(exc: BaseException) -> None:
-            loop = self._loop
-            if loop is not None:
-                loop.call_soon_threadsafe(self._die, exc)
-
-        seed = cfg.seed ^ (cfg.id * 0x9E3779B97F4A7C15 & 0xFFFF_FFFF_FFFF_FFFF)
-        return Snapshotter(self.disk, self.machine, snap_count=cfg.snap_count, retain=cfg.snap_retain, seed=seed,
-                           on_error=failed)
+    def _collector(self) -> ReplicaCollector:
+        dirs = {"log": self.disk.log_dir, "snapshot": self.disk.snap_dir} if self.disk is not None else {}
+        return ReplicaCollector(self.status, self.counters, dirs, __version__)
 
     def _log_context(self) -> dict[str, Any]:
         node = self.node
@@ -138,13 +145,16 @@ class Replica:
         self._flush_wanted = asyncio.Event()
         self._stopped = asyncio.Event()
         await self.transport.start()
+        if self.config.admin_addr is not None:
+            await self.admin.start(*self.config.admin_addr)
         self._tasks.append(asyncio.create_task(self._flusher(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._start_ticking(), name="grace"))
         self._tasks.append(asyncio.create_task(self._gc_freezer(), name="gc"))
         host, port = self.config.peer_addr(self.id)
         chost, cport = self.config.client_addr
         self.log.info("server started", peer_port=f"{host}:{port}", client_port=f"{chost}:{cport}",
-                      peers=self.config.peers, storage=self.config.storage, tick_ms=self.config.tick_ms)
+                      admin_port=self.config.admin or None, peers=self.config.peers, storage=self.config.storage,
+                      tick_ms=self.config.tick_ms, version=__version__)
 
     async def _gc_freezer(self) -> None:
         # The history is a long list of Txn NamedTuples, which the cyclic GC
@@ -199,6 +209,7 @@ class Replica:
             except Exception as exc:
                 self.log.error("task failed", task=task.get_name(), error=f"{type(exc).__name__}: {exc}")
         await self.transport.close()
+        await self.admin.close()
         if self.snapshotter is not None:
             try:
                 self.snapshotter.wait(30.0)
@@ -315,6 +326,7 @@ class Replica:
             wanted.clear()
             while self.pipeline.unflushed:
                 target = self.pipeline.written
+                t0 = time.monotonic()
                 try:
                     await self.storage.flush()
                 except Exception as exc:
@@ -322,6 +334,9 @@ class Replica:
                     self.log.exception("storage flush failed")
                     self._die(exc)
                     return
+                took = time.monotonic() - t0
+                if self.counters.flushed(took, self.config.slow_fsync_ms):
+                    self.log.warning("slow storage flush", took_ms=round(took * 1000, 1))
                 self.pipeline.flushed(target)
                 self._guarded(self._process)  # what the core emitted while we waited
 
@@ -331,17 +346,6 @@ class Replica:
         new = self.applier.commit_to(zxid)
         self.proposals.on_applied(self.applier.applied)
         self.watches.applied(new)
-
-    def role_changed(self, change: RoleChanged) -> None:
-        old_role, old_leader, old_epoch, old_phase = self.status.announced
-        self.status.announced = (change.role, change.leader, change.epoch, change.phase)
-        self.log.info("role changed", new_role=ROLE_NAMES[change.role], leader=change.leader,
-                      phase=PHASE_NAMES[change.phase], epoch=change.epoch)
-        was_serving = old_role == LEADING and old_phase == PHASE_BROADCAST
-        if was_serving and (change.role != LEADING or change.epoch != old_epoch or change.phase != PHASE_BROADCAST):
-            self.proposals.leadership_lost()
-        if old_role == FOLLOWING and (change.role != FOLLOWING or change.leader != old_leader):
-            self.proposals.leader_changed("the leader changed before the commit")
 
     # --------------------------------------------- the transport's handler side
 

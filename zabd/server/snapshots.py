@@ -18,6 +18,7 @@ from typing import Protocol
 
 from zabd.kv.machine import StateMachine
 from zabd.protocol import zxid as zx
+from zabd.server.config import ServerConfig
 from zabd.storage.txnlog import StorageError
 
 log = logging.getLogger("zabd.storage")
@@ -56,6 +57,19 @@ class Snapshotter:
 
     Call :meth:`applied` after each txn (or batch) the state machine applied.
     """
+
+    @classmethod
+    def for_server(
+        cls,
+        config: ServerConfig,
+        store: SnapshotStore,
+        machine: StateMachine,
+        on_error: Callable[[BaseException], None],
+    ) -> Snapshotter:
+        # a per-node seed, so that the nodes of a cluster do not all snapshot at once
+        seed = config.seed ^ (config.id * 0x9E3779B97F4A7C15 & 0xFFFF_FFFF_FFFF_FFFF)
+        return cls(store, machine, snap_count=config.snap_count, retain=config.snap_retain, seed=seed,
+                   on_error=on_error)
 
     def __init__(
         self,

@@ -8,15 +8,15 @@ from typing import Any
 
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
-from zabd.protocol.node import ROLE_NAMES, Node
-from zabd.server.applier import Applier
+from zabd.protocol.node import LEADING, ROLE_NAMES, Node
+from zabd.server.applier import Applier, Watches
 from zabd.server.config import ServerConfig
+from zabd.server.proposals import ProposalPath
+from zabd.server.roles import PHASE_NAMES, RoleTracker
 from zabd.server.snapshots import Snapshotter
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
 from zabd.storage.base import Storage
-
-PHASE_NAMES = ("none", "sync", "broadcast")
 
 
 class GcTimer:
@@ -50,7 +50,13 @@ class StatusReport:
         machine: StateMachine,
         snapshotter: Snapshotter | None,
         gc_timer: GcTimer,
+        proposals: ProposalPath,
+        watches: Watches,
+        roles: RoleTracker,
     ) -> None:
+        self.proposals = proposals
+        self.watches = watches
+        self.roles = roles
         self.config = config
         self.node = node
         self.applier = applier
@@ -61,11 +67,10 @@ class StatusReport:
         self.snapshotter = snapshotter
         self.gc_timer = gc_timer
         self.started = time.monotonic()
-        self.announced = (0, 0, 0, 0)  # role, leader, epoch, phase as last carried out
 
     def __call__(self) -> dict[str, Any]:
         node = self.node
-        role, leader, _, phase = self.announced
+        role, leader, _, phase = self.roles.announced
         st = self.storage.stats
         out: dict[str, Any] = {
             "id": self.config.id,
@@ -81,6 +86,9 @@ class StatusReport:
             "storage": self.config.storage,
             "fsync": self.config.fsync,
             "client_connections": len(self.transport.clients),
+            "watches": len(self.watches.sessions),
+            "outstanding": self.proposals.in_flight,
+            "followers_synced": len(node.leader_acks) - 1 if node.role == LEADING and node.synced else 0,
             "uptime_s": round(time.monotonic() - self.started, 3),
             "gc_ms": round(self.gc_timer.ns / 1e6, 1),
             "gc_collections": [s["collections"] for s in gc.get_stats()],

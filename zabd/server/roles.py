@@ -1,0 +1,51 @@
+"""What a role change means to the rest of the server, and to its operator.
+
+The core announces each change of role, leader, epoch or phase
+(``RoleChanged``); here it is logged with why an election started and how
+long it took, counted for ``/metrics``, remembered for ``status``, and the
+proposal path is told which waiting writes it can no longer answer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from zabd.protocol.effects import PHASE_BROADCAST, RoleChanged
+from zabd.protocol.node import FOLLOWING, LEADING, LOOKING, ROLE_NAMES, Node
+from zabd.server.metrics import Counters
+from zabd.server.proposals import ProposalPath
+
+PHASE_NAMES = ("none", "sync", "broadcast")
+
+
+class RoleTracker:
+    def __init__(self, node: Node, proposals: ProposalPath, counters: Counters, log: Any) -> None:
+        self.node = node
+        self.proposals = proposals
+        self.counters = counters
+        self.log = log
+        self.announced = (LOOKING, 0, 0, 0)  # role, leader, epoch, phase as last carried out
+        self._looking_since: float | None = time.monotonic()
+
+    def changed(self, change: RoleChanged) -> None:
+        old_role, old_leader, old_epoch, old_phase = self.announced
+        self.announced = (change.role, change.leader, change.epoch, change.phase)
+        now = time.monotonic()
+        if change.role == LOOKING and old_role != LOOKING:
+            self._looking_since = now
+            self.counters.elections += 1
+            self.log.info("election started", reason=self.node.election_reason, was=ROLE_NAMES[old_role])
+        self.log.info("role changed", new_role=ROLE_NAMES[change.role], leader=change.leader,
+                      phase=PHASE_NAMES[change.phase], epoch=change.epoch)
+        if change.phase == PHASE_BROADCAST and self._looking_since is not None:
+            took = now - self._looking_since
+            self._looking_since = None
+            self.counters.last_election_s = took
+            self.log.info("serving again", role=ROLE_NAMES[change.role], leader=change.leader,
+                          election_ms=round(took * 1000, 1))
+        was_serving = old_role == LEADING and old_phase == PHASE_BROADCAST
+        if was_serving and (change.role != LEADING or change.epoch != old_epoch or change.phase != PHASE_BROADCAST):
+            self.proposals.leadership_lost()
+        if old_role == FOLLOWING and (change.role != FOLLOWING or change.leader != old_leader):
+            self.proposals.leader_changed("the leader changed before the commit")
