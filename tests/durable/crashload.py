@@ -14,9 +14,9 @@ from zabd.protocol.messages import Txn
 __all__ = ["Load", "check_consistent", "kill_restart_cycle", "read_history"]
 
 
-async def read_history(cluster: LocalCluster, i: int) -> list[Txn]:
+async def read_history(cluster: LocalCluster, i: int, from_zxid: int = 0) -> list[Txn]:
     async with await Client.connect(cluster.client_addr(i)) as c:
-        return await c.read_all()
+        return await c.read_all(from_zxid)
 
 
 async def kill_restart_cycle(

@@ -15,21 +15,23 @@ from typing import Any
 import pytest
 
 from zabd.protocol import zxid as zx
-from zabd.protocol.effects import PHASE_BROADCAST, RoleChanged
+from zabd.protocol.effects import PHASE_BROADCAST, RoleChanged, SendSync
 from zabd.protocol.messages import (
+    DIFF,
     Ack,
     AckEpoch,
     AckLeader,
     Commit,
     Message,
     NewEpoch,
-    NewLeader,
     Propose,
+    Sync,
+    SyncInfo,
     Txn,
     Vote,
 )
 from zabd.protocol.node import LEADING, Node
-from zabd.protocol.options import SERVER
+from zabd.protocol.options import for_server
 from zabd.server.pipeline import EffectPipeline
 from zabd.storage.disk import DiskStorage
 from zabd.storage.epochs import read_epochs
@@ -48,6 +50,9 @@ class Recorder:
     def broadcast(self, msg: Message) -> None:
         self.said.append(("broadcast", msg))
 
+    def send_sync(self, plan: SendSync) -> None:
+        self.said.append(("sync", plan))
+
     def committed(self, zxid: int) -> None:
         self.said.append(("committed", zxid))
 
@@ -63,7 +68,7 @@ class Rig:
     def __init__(self, path: Path, node_id: int, early: bool = False) -> None:
         self.disk = DiskStorage(str(path))
         self.disk.load()
-        self.node = Node(node_id, [p for p in (1, 2, 3) if p != node_id], 7, SERVER)
+        self.node = Node(node_id, [p for p in (1, 2, 3) if p != node_id], 7, for_server(100, 1000, 500))
         self.out = Recorder()
         self.pipe = EffectPipeline(self.disk, self.out, early_propose=early)
 
@@ -91,13 +96,13 @@ async def test_a_follower_acknowledges_only_what_is_on_disk(tmp_path: Path) -> N
     # NewEpoch -> PersistEpochs, then AckEpoch: held until the epochs are durable
     said = rig.deliver(1, NewEpoch(5))
     assert messages(said) == [] and rig.pipe.unflushed
-    assert messages(await rig.flush()) == [AckEpoch(5, 0, 0)]
+    assert messages(await rig.flush()) == [SyncInfo(0, ()), AckEpoch(5, 0, 0)]
     ep = read_epochs(str(tmp_path / "d2" / "epochs"))
     assert ep is not None and ep.accepted_epoch == 5
 
-    # NewLeader -> ReplaceHistory + PersistEpochs, then AckLeader
+    # a sync plan (the NewLeader of the server's variant) -> TruncateAppend + PersistEpochs, then AckLeader
     z1, z2 = zx.make(4, 1), zx.make(4, 2)
-    said = rig.deliver(1, NewLeader(5, (Txn(z1, b"a"), Txn(z2, b"b"))))
+    said = rig.deliver(1, Sync(5, DIFF, 0, (Txn(z1, b"a"), Txn(z2, b"b"))))
     assert messages(said) == []
     assert messages(await rig.flush()) == [AckLeader(5)]
     assert [(r.zxid, r.payload) for r in iter_records(str(tmp_path / "d2"))] == [(z1, b"a"), (z2, b"b")]
@@ -119,8 +124,10 @@ async def leader_rig(path: Path, early: bool) -> Rig:
     assert rig.node.role == LEADING
     rig.pipe.run(rig.node.take_effects())
     await rig.flush()
+    rig.deliver(1, SyncInfo(0, ()))
     rig.deliver(1, AckEpoch(1, 0, 0))
-    await rig.flush()
+    said = await rig.flush()
+    assert [x.dst for kind, x in said if kind == "sync"] == [1]  # the NewLeader as a plan, to node 1 only
     rig.deliver(1, AckLeader(1))
     await rig.flush()
     assert rig.node.synced
@@ -168,7 +175,7 @@ async def test_only_the_last_commit_of_a_batch_is_carried_out(tmp_path: Path) ->
 
 async def test_role_changes_wait_in_the_same_queue(tmp_path: Path) -> None:
     rig = Rig(tmp_path / "d2", 2)
-    said = rig.deliver(1, NewLeader(5, ()))
+    said = rig.deliver(1, Sync(5, DIFF, 0, ()))
     assert not [x for kind, x in said if kind == "role"]  # the change follows the persist: held too
     said = await rig.flush()
     roles = [x for kind, x in said if kind == "role"]

@@ -28,6 +28,7 @@ BAD_REQUEST = "bad_request"  # not retryable: the connection is closed after it
 UNSUPPORTED = "unsupported"  # not retryable: unknown version or request type
 OVERLOADED = "overloaded"  # retryable
 SHUTTING_DOWN = "shutting_down"  # retryable
+PURGED = "purged"  # not retryable: a read below what the log still holds (the message names the oldest zxid)
 RETRYABLE = frozenset({NO_LEADER, LEADER_LOST, OVERLOADED, SHUTTING_DOWN})
 # KV results decided by the leader (not retryable as they are: the condition failed)
 BAD_VERSION = "bad_version"  # cas/delete: the key's version differs ("version" holds the current one)

@@ -41,6 +41,36 @@ class ReplaceHistory(NamedTuple):
     history: History
 
 
+class SendSync(NamedTuple):
+    """Send ``dst`` a :class:`~zabd.protocol.messages.Sync` whose txns are the
+    ones in the log after ``read_after`` up to ``read_upto`` (read by the
+    driver from storage: they left the core's memory; none if equal), then
+    ``txns``. For SNAP, the snapshot is the state at ``point`` (the leader's
+    commit point: everything up to it is applied when this is carried out)."""
+
+    dst: int
+    epoch: int
+    mode: int
+    point: int
+    read_after: int
+    read_upto: int
+    txns: History
+
+
+class InstallSnapshot(NamedTuple):
+    """The snapshot received with a SNAP sync, taken at ``zxid``, replaces the
+    state machine and the log, which restarts after ``zxid``."""
+
+    zxid: int
+
+
+class TruncateAppend(NamedTuple):
+    """Keep the log up to ``after``, drop what follows, append ``txns``."""
+
+    after: int
+    txns: History
+
+
 class CommitTo(NamedTuple):
     """Everything in the history up to and including ``zxid`` is committed."""
 
@@ -54,9 +84,12 @@ class RoleChanged(NamedTuple):
     phase: int  # PHASE_* below
 
 
-Effect = Send | Broadcast | PersistEpochs | AppendTxn | ReplaceHistory | CommitTo | RoleChanged
+Effect = (
+    Send | Broadcast | PersistEpochs | AppendTxn | ReplaceHistory | CommitTo | RoleChanged | SendSync
+    | InstallSnapshot | TruncateAppend
+)
 
-PERSIST_EFFECTS: tuple[type[Effect], ...] = (PersistEpochs, AppendTxn, ReplaceHistory)
+PERSIST_EFFECTS: tuple[type[Effect], ...] = (PersistEpochs, AppendTxn, ReplaceHistory, InstallSnapshot, TruncateAppend)
 
 # Phases reported in RoleChanged. A Leading node is *established* from
 # PHASE_SYNC on (discovery finished); it accepts proposals in PHASE_BROADCAST.

@@ -62,7 +62,34 @@ class Commit(NamedTuple):
     zxid: int
 
 
-Message = LookForLeader | Vote | NewEpoch | AckEpoch | NewLeader | AckLeader | Propose | Ack | Commit
+# Sync plans (the server's protocol variant, ``Options.windowed``; the
+# canonical spec has neither). A follower reports what it holds; the leader
+# answers with what it lacks instead of a whole NewLeader.
+
+DIFF = 0  # keep your txns up to ``point``; append ``txns`` (point: your last zxid)
+TRUNC = 1  # the same, but you hold txns after ``point`` the leader never had: drop them
+SNAP = 2  # install the leader's state at ``point`` (a snapshot), then append ``txns``
+SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
+
+
+class SyncInfo(NamedTuple):
+    """Follower -> leader: everything up to ``base`` is committed and held;
+    ``epoch_ends`` is the last zxid of each epoch after it, ascending."""
+
+    base: int
+    epoch_ends: tuple[int, ...]
+
+
+class Sync(NamedTuple):
+    """Leader -> follower: NewLeader(epoch, leader's history) as a plan."""
+
+    epoch: int
+    mode: int
+    point: int
+    txns: History
+
+
+Message = LookForLeader | Vote | NewEpoch | AckEpoch | NewLeader | AckLeader | Propose | Ack | Commit | SyncInfo | Sync
 
 # Stable wire tags: the index of each type in this tuple. Append only.
 MESSAGE_TYPES: tuple[type[Message], ...] = (

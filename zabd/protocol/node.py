@@ -19,6 +19,7 @@ computes:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,12 +32,18 @@ from zabd.protocol.effects import (
     Broadcast,
     CommitTo,
     Effect,
+    InstallSnapshot,
     PersistEpochs,
     ReplaceHistory,
     RoleChanged,
     Send,
+    SendSync,
+    TruncateAppend,
 )
 from zabd.protocol.messages import (
+    DIFF,
+    SNAP,
+    TRUNC,
     Ack,
     AckEpoch,
     AckLeader,
@@ -47,11 +54,14 @@ from zabd.protocol.messages import (
     NewEpoch,
     NewLeader,
     Propose,
+    Sync,
+    SyncInfo,
     Txn,
     Vote,
 )
 from zabd.protocol.options import CANONICAL, Options
 from zabd.protocol.rand import ELECTION_JITTER, ELECTION_TIMEOUT, mix
+from zabd.protocol.window import count_after, shared_prefix, window_ends
 
 LOOKING = 0
 FOLLOWING = 1
@@ -80,6 +90,13 @@ class Node:
         "epoch_leader",
         "history",
         "last_committed",
+        # windowed variant: the history in memory starts after base
+        "base",
+        "below_ends",
+        "log_start",
+        "infos",
+        "syncing",
+        "_window",
         # volatile
         "role",
         "leader",
@@ -125,6 +142,12 @@ class Node:
         self.epoch_leader = 0
         self.history: list[Txn] = []
         self.last_committed = zx.ZERO
+        self.base = zx.ZERO  # every txn up to it is committed and left memory (windowed only)
+        self.below_ends: dict[int, int] = {}  # epoch -> last zxid, of the txns that left memory
+        self.log_start = zx.ZERO  # the driver's log holds the txns after it (windowed only)
+        self.infos: dict[int, SyncInfo] = {}  # what each follower last said it holds
+        self.syncing: dict[int, tuple[int, bool]] = {}  # follower -> (tick sent, retried): one sync in flight
+        self._window = options.window if options.windowed else 0
         self.effects: list[Effect] = []
         self._transition_at = 0
         self._taken_transition_at = 0
@@ -160,6 +183,8 @@ class Node:
         self.last_heard: dict[int, int] = {}
         self.last_heartbeat = 0
         self.needs_sync: set[int] = set()
+        if self._window:
+            self.syncing.clear()
 
     def restore(
         self,
@@ -169,15 +194,25 @@ class Node:
         epoch_leader: int,
         history: Sequence[Txn],
         last_committed: int,
+        base: int = zx.ZERO,
+        below_ends: dict[int, int] | None = None,
+        log_start: int = zx.ZERO,
     ) -> None:
-        """Load persistent state recovered from disk (a restarted server)."""
+        """Load persistent state recovered from disk (a restarted server).
+        Windowed: ``history`` holds the txns after ``base``; ``below_ends``
+        the epoch ends of the log below it, which starts after ``log_start``."""
         if accepted_epoch < current_epoch:
             raise ValueError(f"accepted_epoch {accepted_epoch} is below current_epoch {current_epoch}")
+        if base > last_committed:
+            raise ValueError(f"base {zx.fmt(base)} is above the commit point {zx.fmt(last_committed)}")
         self.current_epoch = current_epoch
         self.accepted_epoch = accepted_epoch
         self.epoch_leader = epoch_leader
         self.history = list(history)
         self.last_committed = last_committed
+        self.base = base
+        self.below_ends = dict(below_ends or {})
+        self.log_start = log_start
         self._reset_volatile()
 
     def crash(self) -> None:
@@ -207,7 +242,7 @@ class Node:
 
     def last_zxid(self) -> int:
         h = self.history
-        return h[-1].zxid if h else zx.ZERO
+        return h[-1].zxid if h else self.base
 
     def successor(self) -> int:
         last = self.last_zxid()
@@ -293,6 +328,8 @@ class Node:
             return
         if t - self.last_heartbeat >= HEARTBEAT_INTERVAL:
             self._heartbeat(t)
+        if self.syncing:
+            self._retry_syncs(t)
         self._leader_wake()
 
     def _leader_wake(self) -> None:
@@ -300,6 +337,11 @@ class Node:
         # window: at (the (quorum-1)-th most recent last_heard) + window. Since
         # last_heard only grows, this bound stays a lower bound.
         wake = self.last_heartbeat + HEARTBEAT_INTERVAL
+        if self.syncing:
+            retry = self.options.sync_retry
+            for sent, _ in self.syncing.values():
+                if sent + retry < wake:
+                    wake = sent + retry
         need = self.quorum - 1
         if need > 0:
             heard = sorted(self.last_heard.values(), reverse=True)
@@ -313,7 +355,12 @@ class Node:
         if not self.discovered:
             self._broadcast(NewEpoch(self.pending_epoch))
         elif not self.synced:
-            self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
+            if self._window:
+                for f in self.peers:
+                    if f in self.epoch_acks:
+                        self._send_sync(f, t)
+            else:
+                self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
         else:
             resync = self.needs_sync
             self.needs_sync = set()
@@ -322,12 +369,14 @@ class Node:
                 return
             snapshot: History | None = None
             for f in self.peers:
-                if f in resync:
+                if f not in resync:
+                    self._send(f, Commit(self.last_committed))
+                elif self._window:
+                    self._send_sync(f, t)
+                else:
                     if snapshot is None:
                         snapshot = self._history_snapshot()
                     self._send(f, NewLeader(self.current_epoch, snapshot))
-                else:
-                    self._send(f, Commit(self.last_committed))
 
     def link_failed(self, peer: int, t: int) -> None:
         """The link to ``peer`` broke (a dropped send, a lost connection).
@@ -360,6 +409,8 @@ class Node:
             self.start_election(t, "new link")
             return
         last = self.last_zxid()
+        if self._window:
+            self._send(peer, self.sync_info())
         self._send(peer, LookForLeader(self.current_epoch, last, self.accepted_epoch))
         self._send(peer, Vote(self.current_epoch, last, self.accepted_epoch, self.id))
 
@@ -393,6 +444,8 @@ class Node:
         self.max_epoch_seen = self.accepted_epoch
         self.reset_deadline(t)
         self._announce()
+        if self._window:
+            self._broadcast(self.sync_info())
         self._broadcast(LookForLeader(self.current_epoch, last, self.accepted_epoch))
         self._broadcast(Vote(self.current_epoch, last, self.accepted_epoch, self.id))
         self._check_election(t)
@@ -416,7 +469,10 @@ class Node:
         self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.leader))
         if self.role == LEADING:
             if self.discovered:
-                self._send(v, NewLeader(self.current_epoch, self._history_snapshot()))
+                if self._window:
+                    self._send_sync(v, t)
+                else:
+                    self._send(v, NewLeader(self.current_epoch, self._history_snapshot()))
             else:
                 self._send(v, NewEpoch(self.pending_epoch))
 
@@ -494,7 +550,12 @@ class Node:
         self.leader_acks = {self.id}
         self._persist_epochs()
         self._announce()
-        self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
+        if self._window:
+            for f in self.peers:
+                if f in self.epoch_acks:
+                    self._send_sync(f, t)
+        else:
+            self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
         self._try_finish_sync(t)
 
     def _try_finish_sync(self, t: int) -> None:
@@ -520,6 +581,8 @@ class Node:
             self._announce()
             if changed:
                 self._persist_epochs()
+            if self._window:
+                self._send(leader, self.sync_info())
             self._send(leader, AckEpoch(e, self.current_epoch, self.last_zxid()))
 
     def _on_ack_epoch(self, f: int, m: AckEpoch, t: int) -> None:
@@ -527,7 +590,10 @@ class Node:
             return
         if self.discovered:
             self.last_heard[f] = t
-            self._send(f, NewLeader(self.current_epoch, self._history_snapshot()))
+            if self._window:
+                self._send_sync(f, t)
+            else:
+                self._send(f, NewLeader(self.current_epoch, self._history_snapshot()))
         elif (m.current_epoch, m.last_zxid) <= (self.current_epoch, self.last_zxid()):
             self.last_heard[f] = t
             self.epoch_acks.add(f)
@@ -555,6 +621,8 @@ class Node:
             return
         self.last_heard[f] = t
         self.leader_acks.add(f)
+        if self._window:
+            self.syncing.pop(f, None)
         if self.synced:
             self._send(f, Commit(self.last_committed))
         else:
@@ -595,6 +663,8 @@ class Node:
             del ack_set[pending]
         self.effects.append(CommitTo(z))
         self._broadcast(Commit(z))
+        if self._window and len(self.history) >= 2 * self._window:
+            self._trim()
 
     def _on_propose(self, leader: int, m: Propose, t: int) -> None:
         if self.role == FOLLOWING and self.leader == leader and self.in_sync:
@@ -630,6 +700,110 @@ class Node:
             else:
                 self.last_committed = z
                 self.effects.append(CommitTo(z))
+                if self._window and len(self.history) >= 2 * self._window:
+                    self._trim()
+
+    # ------------------------------------------ windowed history (server variant)
+
+    def sync_info(self) -> SyncInfo:
+        """What this node holds, for a leader that plans its sync."""
+        return SyncInfo(self.base, window_ends(self.history))
+
+    def _trim(self) -> None:
+        """Let committed txns beyond the window leave memory (they are on the
+        driver's disk); trimmed in batches, down to ``window``."""
+        h = self.history
+        k = min(len(h) - self._window, bisect_right(h, self.last_committed, key=_txn_zxid))
+        if k <= 0:
+            return
+        for end in window_ends(h[:k]):
+            self.below_ends[end >> 32] = end
+        self.base = h[k - 1].zxid
+        del h[:k]
+
+    def _send_sync(self, f: int, t: int) -> None:
+        """NewLeader(current_epoch, history) for ``f``, as a plan: at most one
+        in flight per follower (a repeated request gets no second copy)."""
+        if f not in self.syncing:
+            self._plan_sync(f, t, retried=False)
+
+    def _plan_sync(self, f: int, t: int, retried: bool) -> None:
+        self.syncing[f] = (t, retried)
+        info = self.infos.get(f, _NOTHING)
+        h = self.history
+        ends = dict(self.below_ends)
+        for end in window_ends(h):
+            ends[end >> 32] = end
+        shared = shared_prefix(ends, self.log_start, info)
+        base = self.base
+        if shared is not None and (shared >= base or count_after(ends, shared, base) <= self.options.diff_limit):
+            held = info.epoch_ends[-1] if info.epoch_ends else info.base
+            mode = TRUNC if held > shared else DIFF
+            i = bisect_right(h, shared, key=_txn_zxid)
+            upto = base if shared < base else shared
+            self.effects.append(SendSync(f, self.current_epoch, mode, shared, shared, upto, tuple(h[i:])))
+            return
+        # a snapshot of the state at the commit point, then the rest from memory
+        lc = self.last_committed
+        i = bisect_right(h, lc, key=_txn_zxid)
+        self.effects.append(SendSync(f, self.current_epoch, SNAP, lc, lc, lc, tuple(h[i:])))
+
+    def _retry_syncs(self, t: int) -> None:
+        retry = self.options.sync_retry
+        for f, (sent, retried) in list(self.syncing.items()):
+            if t - sent < retry:
+                continue
+            if retried:
+                del self.syncing[f]  # given up: the next request starts afresh
+            else:
+                self._plan_sync(f, t, retried=True)
+
+    def _on_sync_info(self, f: int, m: SyncInfo, t: int) -> None:
+        old = self.infos.get(f)
+        self.infos[f] = m
+        # A follower that reports anew while its sync is in flight could not
+        # use what it got (or its state changed): plan again with the news.
+        if f in self.syncing and old != m and self.role == LEADING:
+            self._plan_sync(f, t, retried=False)
+
+    def _on_sync(self, leader: int, m: Sync, t: int) -> None:
+        """NewLeader(e, leader's history), given as a plan (server variant)."""
+        e = m.epoch
+        if e < self.accepted_epoch:
+            return
+        h = self.history
+        if m.mode == SNAP:
+            if m.txns and m.txns[0].zxid <= m.point:
+                return
+            self.base = m.point
+            self.below_ends = {}
+            self.history = list(m.txns)
+            self.effects.append(InstallSnapshot(m.point))
+            self.effects.append(TruncateAppend(m.point, m.txns))
+        else:
+            i = bisect_right(h, m.point, key=_txn_zxid)
+            holds = m.point == self.base or (i > 0 and h[i - 1].zxid == m.point)
+            if not holds or m.point < self.last_committed:
+                # a plan made from a stale report: say what we hold, it plans again
+                self._send(leader, self.sync_info())
+                return
+            del h[i:]
+            h.extend(m.txns)
+            self.effects.append(TruncateAppend(m.point, m.txns))
+        self.accepted_epoch = e
+        self.epoch_leader = leader
+        self.current_epoch = e
+        self._persist_epochs()
+        self._follow(leader, t)
+        self.in_sync = True
+        self._announce()
+        if m.mode == SNAP:
+            if self.last_committed > m.point:
+                # committed here before: re-apply what the snapshot does not cover
+                self.effects.append(CommitTo(self.last_committed))
+            elif m.point > self.last_committed:
+                self.last_committed = m.point
+        self._send(leader, AckLeader(e))
 
     # --------------------------------------------------------------- dispatch
 
@@ -647,4 +821,12 @@ _HANDLERS: dict[type, Callable[[Node, int, Any, int], None]] = {
     Propose: Node._on_propose,
     Ack: Node._on_ack,
     Commit: Node._on_commit,
+    SyncInfo: Node._on_sync_info,
+    Sync: Node._on_sync,
 }
+
+_NOTHING = SyncInfo(0, ())
+
+
+def _txn_zxid(txn: Txn) -> int:
+    return txn.zxid

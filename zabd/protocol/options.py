@@ -23,6 +23,18 @@ class Options:
     # 12 leader kills on three servers). The extra Vote is an election
     # message only: it cannot change what is committed.
     vote_on_follow: bool = False
+    # The history kept in memory is a window: at most ``window`` committed
+    # txns (plus every uncommitted one); older ones stay on the driver's disk.
+    # A NewLeader can then no longer carry the whole history: followers report
+    # what they hold (SyncInfo), and the leader sends each one a sync plan
+    # (DIFF, TRUNC or SNAP, see zabd.protocol.window), one at a time per
+    # follower, retried once if not acknowledged within ``sync_retry`` ticks.
+    # A DIFF that would read more than ``diff_limit`` txns from disk becomes
+    # a SNAP, as ZooKeeper prefers a snapshot to a very long diff.
+    windowed: bool = False
+    window: int = 10_000
+    diff_limit: int = 100_000
+    sync_retry: int = 500
 
     @property
     def name(self) -> str:
@@ -30,5 +42,12 @@ class Options:
 
 
 CANONICAL = Options()
-SERVER = Options(vote_on_follow=True)
+# What the simulator runs as ``--variant server``: the server's rules with a
+# tiny window, so that syncs read from disk, cut and snapshot all the time.
+SERVER = Options(vote_on_follow=True, windowed=True, window=8, diff_limit=24, sync_retry=300)
 VARIANTS = {"canonical": CANONICAL, "server": SERVER}
+
+
+def for_server(window: int, diff_limit: int, sync_retry: int) -> Options:
+    """The server's variant with its configured window and limits."""
+    return Options(vote_on_follow=True, windowed=True, window=window, diff_limit=diff_limit, sync_retry=sync_retry)

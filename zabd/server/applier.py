@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
+from zabd.codec import client as schema
 from zabd.codec.framing import frame
 from zabd.kv.machine import StateMachine
 from zabd.protocol.messages import Txn
@@ -19,7 +20,7 @@ from zabd.protocol.node import Node
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import txn_zxid
 from zabd.server.snapshots import Snapshotter
-from zabd.storage.base import Storage
+from zabd.storage.base import PurgedError, Storage
 
 WATCH_PAGE = 1000
 
@@ -78,7 +79,14 @@ class Applier:
 
     def read(self, from_zxid: int, limit: int) -> list[tuple[int, bytes]]:
         """Applied txns from ``from_zxid`` on, at most ``limit`` and about
-        ``page_bytes`` (at least one: a payload fits in a frame)."""
+        ``page_bytes`` (at least one: a payload fits in a frame). Below the
+        core's window they come from the log on disk; PurgedError if a
+        snapshot covers them and their log was purged."""
+        base = self.node.base
+        if base and from_zxid <= base and from_zxid <= self.applied:
+            upto = min(base, self.applied)
+            page = self.storage.read_range(max(from_zxid - 1, 0), upto, self.page_bytes)
+            return [(t.zxid, t.payload) for t in page[:limit]]
         history = self.node.history
         i = bisect_left(history, from_zxid, key=txn_zxid)
         j = min(bisect_right(history, self.applied, key=txn_zxid), i + limit)
@@ -145,7 +153,12 @@ class Watches:
             if session in self.stalled:
                 continue
             for _ in range(self.PAGES_PER_PUMP):
-                page = self.read(session.watch_next, WATCH_PAGE)
+                try:
+                    page = self.read(session.watch_next, WATCH_PAGE)
+                except PurgedError as exc:  # asked for txns that are gone: say so, end the stream
+                    session.push(schema.error_frame(session.watch_id or 0, schema.PURGED, str(exc)))
+                    self.stop(session)
+                    break
                 if not page or session.closed:
                     self.behind.discard(session)
                     break

@@ -21,6 +21,7 @@ from zabd.kv.machine import StateMachine
 from zabd.server.applier import Applier, Watches
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
+from zabd.storage.base import PurgedError
 
 
 class ClientService:
@@ -84,7 +85,10 @@ class ClientService:
 
     def _read(self, session: ClientSession, req: schema.ReadRequest) -> None:
         def answer() -> bytes:
-            txns = self.applier.read(req.from_zxid, req.limit)
+            try:
+                txns = self.applier.read(req.from_zxid, req.limit)
+            except PurgedError as exc:
+                return schema.error_frame(req.id, schema.PURGED, str(exc))
             return frame({"v": 1, "id": req.id, "ok": True, "txns": txns, "last_committed": self.applier.applied})
 
         session.open_slot(answer)

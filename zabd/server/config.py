@@ -61,6 +61,15 @@ class ServerConfig(BaseModel):
     # a background snapshot every snap_count/2 + rand(snap_count/2) applied txns (disk storage)
     snap_count: int = Field(default=100_000, ge=2, le=2**31)
     snap_retain: int = Field(default=3, ge=1, le=1000)  # snapshots kept; older ones and their log purged
+    # true: after each snapshot, delete snapshots beyond snap_retain and the log
+    # segments they cover (logged); false: keep everything (disk grows forever)
+    autopurge: bool = True
+    # committed txns kept in memory (older ones are read from the log on disk)
+    history_window: int = Field(default=10_000, ge=16, le=10_000_000)
+    # a follower further behind than this many txns gets a snapshot, not a diff
+    diff_limit: int = Field(default=20_000, ge=1, le=100_000_000)
+    # a sync plan not acknowledged within this is sent once more
+    sync_retry_ms: int = Field(default=5000, ge=10, le=3_600_000)
     log_segment_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, le=2**40)  # roll the log segment beyond this
     max_frame: int = Field(default=DEFAULT_MAX_FRAME, ge=1024, le=2**31)
     # Outbound bytes queued on one peer link before the link counts as broken

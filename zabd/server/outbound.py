@@ -1,10 +1,9 @@
 """The core's messages on their way to peer links.
 
-A message becomes frames here: a ``NewLeader`` becomes a sync plan
-(``sync``), ``AckEpoch`` and ``LookForLeader`` are preceded by this node's
-sync report, a broadcast is encoded once for every link. A message that
-finds its link down is lost, and the core learns that the link broke
-(spec section 5).
+A message becomes frames here: a ``SyncInfo`` becomes its driver frame, a
+``SendSync`` the frames of a sync plan (``sync``), a broadcast is encoded
+once for every link. A message that finds its link down is lost, and the
+core learns that the link broke (spec section 5).
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from zabd.codec import peer as wire
-from zabd.protocol.messages import AckEpoch, AckLeader, LookForLeader, Message, NewLeader
+from zabd.protocol.effects import SendSync
+from zabd.protocol.messages import AckLeader, Message, NewLeader, SyncInfo
 from zabd.protocol.node import Node
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
@@ -35,8 +35,10 @@ class Outbound:
         sync: SyncService,
         peers: Sequence[int],
         now: Callable[[], int],
+        max_frame: int,
         log: Any,
     ) -> None:
+        self.max_frame = max_frame
         self.node = node
         self.transport = transport
         self.sync = sync
@@ -47,14 +49,11 @@ class Outbound:
 
     def send(self, peer: int, msg: Message) -> None:
         net = self.transport
-        cls = type(msg)
         if isinstance(msg, NewLeader):
-            sent = net.send_frames(peer, self.sync.new_leader_frames(peer, msg))
+            sent = net.send_frames(peer, wire.encode_new_leader(msg, self.max_frame))
         else:
-            if cls is AckEpoch or cls is LookForLeader:
-                net.send_frame(peer, self.sync.info_frame())
-            sent = net.send_frame(peer, wire.encode_message(msg))
-            if cls is AckLeader and self.crash_after == "ack_leader":
+            sent = net.send_frame(peer, self._encode(msg))
+            if type(msg) is AckLeader and self.crash_after == "ack_leader":
                 self._crash_soon()
         if not sent:
             self.node.link_failed(peer, self.now())
@@ -65,13 +64,21 @@ class Outbound:
                 self.send(peer, msg)
             return
         net = self.transport
-        data = wire.encode_message(msg)
-        info = self.sync.info_frame() if type(msg) is LookForLeader else None
+        data = self._encode(msg)
         for peer in self.peers:
-            if info is not None:
-                net.send_frame(peer, info)
             if not net.send_frame(peer, data):
                 self.node.link_failed(peer, self.now())
+
+    def send_sync(self, e: SendSync) -> None:
+        if not self.transport.connected(e.dst):
+            self.node.link_failed(e.dst, self.now())
+            return
+        frames = self.sync.frames(e)  # None: its log was purged; the core's retry replans
+        if frames is not None:
+            self.transport.send_frames(e.dst, frames)
+
+    def _encode(self, msg: Message) -> bytes:
+        return self.sync.info_frame(msg) if isinstance(msg, SyncInfo) else wire.encode_message(msg)
 
     def _crash_soon(self) -> None:
         self.log.warning("test hook: SIGKILL after AckLeader")

@@ -30,10 +30,13 @@ from zabd.protocol.effects import (
     Broadcast,
     CommitTo,
     Effect,
+    InstallSnapshot,
     PersistEpochs,
     ReplaceHistory,
     RoleChanged,
     Send,
+    SendSync,
+    TruncateAppend,
 )
 from zabd.protocol.messages import Commit, Message, Propose
 from zabd.storage.base import Storage
@@ -44,13 +47,23 @@ class Speaker(Protocol):
 
     def broadcast(self, msg: Message) -> None: ...
 
+    def send_sync(self, plan: SendSync) -> None: ...
+
     def committed(self, zxid: int) -> None: ...
 
     def role_changed(self, change: RoleChanged) -> None: ...
 
 
 class EffectPipeline:
-    def __init__(self, storage: Storage, speaker: Speaker, *, early_propose: bool = False) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        speaker: Speaker,
+        *,
+        early_propose: bool = False,
+        install: Callable[[int], None] | None = None,
+    ) -> None:
+        """``install``: carries out InstallSnapshot (state machine and storage)."""
         self.storage = storage
         self.speaker = speaker
         self.early_propose = early_propose
@@ -61,10 +74,13 @@ class EffectPipeline:
             AppendTxn: lambda e: storage.append(e.txn),
             PersistEpochs: lambda e: storage.persist_epochs(e.accepted_epoch, e.epoch_leader, e.current_epoch),
             ReplaceHistory: lambda e: storage.replace_history(e.history),
+            TruncateAppend: lambda e: storage.truncate_append(e.after, e.txns),
+            InstallSnapshot: lambda e: _install(install, e.zxid),
         }
         self._speak: dict[type, Callable[[Any], None]] = {
             Send: lambda e: speaker.send(e.dst, e.msg),
             Broadcast: lambda e: speaker.broadcast(e.msg),
+            SendSync: speaker.send_sync,
             CommitTo: lambda e: speaker.committed(e.zxid),
             RoleChanged: speaker.role_changed,
         }
@@ -105,6 +121,12 @@ class EffectPipeline:
         while held and held[0][0] <= self.durable:
             e = held.popleft()[1]
             speak[type(e)](e)
+
+
+def _install(install: Callable[[int], None] | None, zxid: int) -> None:
+    if install is None:
+        raise RuntimeError("InstallSnapshot without an installer")
+    install(zxid)
 
 
 def _is_commit(e: Effect) -> bool:

@@ -8,14 +8,12 @@ txn after it. Storage warnings (a torn tail cut, say) are logged here.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from typing import Any, NamedTuple
 
 from zabd.kv.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.node import Node
-from zabd.server.proposals import txn_zxid
-from zabd.storage.base import PersistentState
+from zabd.storage.base import PersistentState, Storage
 
 
 class Recovered(NamedTuple):
@@ -24,35 +22,48 @@ class Recovered(NamedTuple):
     seconds: float
 
 
-def recover(state: PersistentState, node: Node, machine: StateMachine, log: Any, warnings: list[str]) -> Recovered:
+REPLAY_PAGE = 16 << 20  # bytes of log read at a time while replaying
+
+
+def recover(
+    state: PersistentState, storage: Storage, node: Node, machine: StateMachine, log: Any, warnings: list[str]
+) -> Recovered:
     t0 = time.monotonic()
-    if state.history or state.current_epoch or state.accepted_epoch:
+    if state.history or state.current_epoch or state.accepted_epoch or state.window_base:
         node.restore(
             current_epoch=state.current_epoch,
             accepted_epoch=state.accepted_epoch,
             epoch_leader=state.epoch_leader,
             history=state.history,
             last_committed=state.last_committed,
+            base=state.window_base,
+            below_ends=state.below_ends,
+            log_start=state.log_base,
         )
     if state.snapshot is not None:
         machine.restore(state.snapshot)
-    h = state.history
-    i = bisect_left(h, state.snapshot_zxid + 1, key=txn_zxid)
+    # every committed txn after the snapshot, streamed from the log: the
+    # restart costs the log since the snapshot, not the whole history
+    after = state.snapshot_zxid
     replayed = 0
     apply = machine.apply
-    for txn in h[i:]:
-        if txn.zxid > state.last_committed:
+    while after < state.last_committed:
+        page = storage.read_range(after, state.last_committed, REPLAY_PAGE)
+        if not page:
             break
-        apply(txn)
-        replayed += 1
+        for txn in page:
+            apply(txn)
+        replayed += len(page)
+        after = page[-1].zxid
     for w in warnings:
         log.warning("storage recovery", detail=w)
     took = time.monotonic() - t0
     log.info(
         "recovered",
         snapshot=zx.fmt(state.snapshot_zxid) if state.snapshot is not None else None,
-        log_from=zx.fmt(h[0].zxid) if h else None,
-        log_to=zx.fmt(h[-1].zxid) if h else None,
+        log_after=zx.fmt(state.log_base),
+        window_after=zx.fmt(state.window_base),
+        last_zxid=zx.fmt(node.last_zxid()),
         replayed=replayed,
         committed=zx.fmt(state.last_committed),
         seconds=round(took, 3),

@@ -32,9 +32,9 @@ from zabd import __version__
 from zabd.codec import peer as wire
 from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
-from zabd.protocol.messages import MESSAGE_TYPES, Message
+from zabd.protocol.messages import MESSAGE_TYPES, Message, SyncInfo
 from zabd.protocol.node import FOLLOWING, ROLE_NAMES, Node
-from zabd.protocol.options import SERVER
+from zabd.protocol.options import for_server
 from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
 from zabd.server.client_service import ClientService
@@ -48,7 +48,7 @@ from zabd.server.recovery import recover
 from zabd.server.roles import RoleTracker
 from zabd.server.snapshots import Snapshotter
 from zabd.server.status import GcTimer, StatusReport
-from zabd.server.sync import LinkRefused, SyncService
+from zabd.server.sync import SyncService
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
@@ -61,20 +61,24 @@ class Replica:
         self.id = config.id
         self.storage = storage
         self.machine: StateMachine = machine or NullMachine()
-        self.node = Node(config.id, config.peer_ids, config.seed, SERVER)
+        retry_ticks = max(1, config.sync_retry_ms // config.tick_ms)
+        options = for_server(config.history_window, config.diff_limit, retry_ticks)
+        self.node = Node(config.id, config.peer_ids, config.seed, options)
         self.log = get_logger("zabd.server")
         set_context(self._log_context)
         self.disk = storage if isinstance(storage, DiskStorage) else None
         self._loop: asyncio.AbstractEventLoop | None = None
         state = storage.load()
         warnings = list(self.disk.warnings) if self.disk is not None else []
-        self.recovered = recover(state, self.node, self.machine, self.log, warnings)
+        self.recovered = recover(state, storage, self.node, self.machine, self.log, warnings)
         if self.disk is not None and not self.disk.fsync:
             self.log.warning("fsync = false: acknowledged writes can be lost on a crash (benchmarks only)")
         # memory storage keeps nothing; a null machine's state is the whole log
         self.snapshotter = None
         if self.disk is not None and not isinstance(self.machine, NullMachine):
-            self.snapshotter = Snapshotter.for_server(config, self.disk, self.machine, self._snapshot_failed)
+            self.snapshotter = Snapshotter.for_server(
+                config, self.disk, self.machine, self._snapshot_failed, self._purged
+            )
         self.applier = Applier(
             self.node, storage, self.machine, self.recovered.applied, config.max_frame, self.snapshotter
         )
@@ -84,10 +88,7 @@ class Replica:
             self.node, self.machine, self, self.applier, config.max_inflight, self.counters.requests
         )
         self.watches = Watches(self.applier.read)
-        self.sync = SyncService(
-            self.node, self.machine, self.applier, self.disk, self.snapshotter, self.recovered.base,
-            config.max_frame, self.log,
-        )
+        self.sync = SyncService(self.machine, self.applier, storage, self.snapshotter, config.max_frame, self.log)
         self.gc_timer = GcTimer()
         self.roles = RoleTracker(self.node, self.proposals, self.counters, self.log)
         self.role_changed = self.roles.changed
@@ -97,14 +98,18 @@ class Replica:
         )
         self.admin = AdminServer(self.status, registry(self._collector()), self.log)
         self.clients = ClientService(self.proposals, self.applier, self.watches, self.machine, self.status, self.log)
-        self.outbound = Outbound(self.node, self.transport, self.sync, config.peer_ids, self.now, self.log)
-        self.send, self.broadcast = self.outbound.send, self.outbound.broadcast
-        self.pipeline = EffectPipeline(storage, self, early_propose=config.leader_early_propose)
+        self.outbound = Outbound(
+            self.node, self.transport, self.sync, config.peer_ids, self.now, config.max_frame, self.log
+        )
+        self.send, self.broadcast, self.send_sync = self.outbound.send, self.outbound.broadcast, self.outbound.send_sync
+        self.pipeline = EffectPipeline(
+            storage, self, early_propose=config.leader_early_propose, install=self.sync.install
+        )
         self._inline_flush = type(storage) is MemoryStorage
         self._on_peer: dict[type, Callable[[int, Any], None]] = {cls: self._core_message for cls in MESSAGE_TYPES}
         self._on_peer |= {
             SyncArrived: self._sync_arrived,
-            wire.SyncInfoFrame: self.sync.on_sync_info,
+            wire.SyncInfoFrame: lambda p, f: self._core_message(p, SyncInfo(f.base, f.epoch_ends)),
             wire.Forward: self.proposals.on_forward,
             wire.SyncReq: self.proposals.on_sync_req,
             wire.ForwardOk: lambda _, f: self.proposals.on_forward_ok(f),
@@ -119,6 +124,15 @@ class Replica:
         self._stopping = False
         self._stopped: asyncio.Event | None = None
         self.fatal: BaseException | None = None
+
+    def _purged(self, snapshots: int, segments: int) -> None:
+        """From the snapshot thread, after an autopurge."""
+        if self._loop is not None and (snapshots or segments):
+            self._loop.call_soon_threadsafe(self._log_purge, snapshots, segments)
+
+    def _log_purge(self, snapshots: int, segments: int) -> None:
+        self.node.log_start = self.storage.log_start  # a follower behind it now needs a snapshot
+        self.log.info("purged", snapshots=snapshots, log_segments=segments, log_after=zx.fmt(self.node.log_start))
 
     def _snapshot_failed(self, exc: BaseException) -> None:
         """From the snapshot thread: stop the node (its state on disk is in doubt)."""
@@ -353,7 +367,8 @@ class Replica:
         return self.transport.send_frame(peer, data)
 
     def peer_up(self, peer: int) -> None:
-        self.transport.send_frame(peer, self.sync.info_frame())
+        # what this node holds: a leader plans a resync with it
+        self.transport.send_frame(peer, self.sync.info_frame(self.node.sync_info()))
         if self._ticking:
             # A Looking node tells the peer its vote: a node cut off by a
             # healed partition rejoins now, not at its next election timeout.
@@ -382,16 +397,7 @@ class Replica:
         self.node.on_message(peer, msg, self.now())
 
     def _sync_arrived(self, peer: int, got: SyncArrived) -> None:
-        try:
-            msg = self.sync.arrived(peer, got)
-        except LinkRefused as exc:
-            self.log.warning("sync refused; dropping the link to resync", peer=peer, error=str(exc))
-            link = self.transport.peers.get(peer)
-            if link is not None:
-                link.abort()
-            return
-        if msg is not None:
-            self.node.on_message(peer, msg, self.now())
+        self.node.on_message(peer, self.sync.arrived(peer, got), self.now())
 
     def client_requests(self, link: ClientLink, bodies: list[Any]) -> None:
         if not self.clients.handle(link.session, bodies, link.addr):

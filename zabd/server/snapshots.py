@@ -65,11 +65,12 @@ class Snapshotter:
         store: SnapshotStore,
         machine: StateMachine,
         on_error: Callable[[BaseException], None],
+        on_purge: Callable[[int, int], None] | None = None,
     ) -> Snapshotter:
         # a per-node seed, so that the nodes of a cluster do not all snapshot at once
         seed = config.seed ^ (config.id * 0x9E3779B97F4A7C15 & 0xFFFF_FFFF_FFFF_FFFF)
-        return cls(store, machine, snap_count=config.snap_count, retain=config.snap_retain, seed=seed,
-                   on_error=on_error)
+        return cls(store, machine, snap_count=config.snap_count, retain=config.snap_retain if config.autopurge else 0,
+                   seed=seed, on_error=on_error, on_purge=on_purge)
 
     def __init__(
         self,
@@ -80,11 +81,13 @@ class Snapshotter:
         retain: int = 3,
         seed: int | None = None,
         on_error: Callable[[BaseException], None] | None = None,
+        on_purge: Callable[[int, int], None] | None = None,
     ) -> None:
+        """``retain`` 0: never purge (autopurge off)."""
         if snap_count < 2:
             raise ValueError(f"snap_count {snap_count} is below 2")
-        if retain < 1:
-            raise ValueError(f"snapshot retention {retain} is below 1")
+        if retain < 0:
+            raise ValueError(f"snapshot retention {retain} is below 0")
         self.storage = storage
         self.machine = machine
         self.snap_count = snap_count
@@ -95,6 +98,7 @@ class Snapshotter:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self._on_error = on_error
+        self._on_purge = on_purge
         self.stats = SnapshotStats()
 
     @property
@@ -126,7 +130,11 @@ class Snapshotter:
             self.storage.write_snapshot(zxid, data)
             self.stats.taken += 1
             self.stats.last_zxid = zxid
-            snaps, segs = self.storage.purge(self.retain)
+            snaps = segs = 0
+            if self.retain:
+                snaps, segs = self.storage.purge(self.retain)
+                if self._on_purge is not None:
+                    self._on_purge(snaps, segs)
             self.stats.snapshots_purged += snaps
             self.stats.segments_purged += segs
         except BaseException as exc:  # reported, never swallowed

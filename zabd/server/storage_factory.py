@@ -19,7 +19,13 @@ def open_storage(config: ServerConfig) -> Storage:
     if config.storage == "memory":
         return MemoryStorage()
     seg = config.log_segment_bytes
-    return DiskStorage(config.data_dir, fsync=config.fsync, segment_bytes=seg, prealloc_bytes=min(seg, 16 << 20))
+    return DiskStorage(
+        config.data_dir,
+        fsync=config.fsync,
+        segment_bytes=seg,
+        prealloc_bytes=min(seg, 16 << 20),
+        window=config.history_window,
+    )
 
 
 def open_state_machine(config: ServerConfig) -> StateMachine:

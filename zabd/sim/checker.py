@@ -23,7 +23,7 @@ with hand-made histories; :meth:`observe` adapts the core's effects to them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from zabd.protocol import zxid as zx
@@ -32,9 +32,11 @@ from zabd.protocol.effects import (
     AppendTxn,
     CommitTo,
     Effect,
+    InstallSnapshot,
     ReplaceHistory,
     RoleChanged,
     Send,
+    TruncateAppend,
 )
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import LEADING, Node
@@ -53,8 +55,11 @@ class Violation:
 
 
 class SafetyChecker:
-    def __init__(self, reproducer: str = "") -> None:
+    def __init__(self, reproducer: str = "", history_of: Callable[[Node], Sequence[Txn]] | None = None) -> None:
+        """``history_of``: a node's full history, when the core keeps only a
+        window of it (the windowed variant reads it off the node's disk)."""
         self.reproducer = reproducer
+        self.history_of: Callable[[Node], Sequence[Txn]] = history_of or _in_memory
         self.violation: Violation | None = None
         self.committed: list[Txn] = []  # the global committed sequence
         self.proposed: dict[int, bytes] = {}  # zxid -> payload, as leaders proposed them
@@ -202,23 +207,31 @@ class SafetyChecker:
                 history_changed = True
                 if node.role == LEADING:
                     self.record_proposal(tick, nid, eff.txn)  # type: ignore[union-attr]
-            elif cls is ReplaceHistory:
+            elif cls is ReplaceHistory or cls is TruncateAppend or cls is InstallSnapshot:
                 history_changed = replaced = commit_changed = True
             elif cls is CommitTo:
                 commit_changed = True
             elif cls is RoleChanged:
                 rc: RoleChanged = eff  # type: ignore[assignment]
                 if rc.role == LEADING and rc.phase == PHASE_SYNC:
-                    self.record_established(tick, nid, rc.epoch, node.history)
+                    self.record_established(tick, nid, rc.epoch, self.history_of(node))
                 elif rc.role != LEADING:
                     self.record_not_leading(nid)
         if history_changed:
-            self.record_history(tick, nid, node.history, replaced)
+            self.record_history(tick, nid, self.history_of(node), replaced)
         if commit_changed:
-            self.record_commit(tick, nid, node.last_committed, node.history)
+            self.record_commit(tick, nid, node.last_committed, self.history_of(node))
+
+    def record_window(self, tick: int, node: int, problem: str) -> None:
+        """The windowed variant: a node's in-memory window is not its log's tail."""
+        self._fail(tick, node, "window", problem)
 
     def record_crash(self, node: int) -> None:
         self.record_not_leading(node)
+
+
+def _in_memory(node: Node) -> Sequence[Txn]:
+    return node.history
 
 
 def _bisect_txns(history: Sequence[Txn], z: int) -> int:

@@ -6,6 +6,7 @@ import hashlib
 import struct
 from collections.abc import Sequence
 
+from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
 
 MAGIC = b"DSEZAB01"
@@ -14,9 +15,12 @@ _TXN = struct.Struct("<III")
 _U32 = struct.Struct("<I")
 
 
-def dump(nodes: Sequence[Node]) -> bytes:
+def dump(nodes: Sequence[Node], histories: Sequence[Sequence[Txn]] | None = None) -> bytes:
+    """``histories``: each node's full history by id, when the core keeps
+    only a window (the windowed variant); the canonical dump omits it."""
     out = [MAGIC, _U32.pack(len(nodes))]
     for node in sorted(nodes, key=lambda n: n.id):
+        history = node.history if histories is None else histories[node.id]
         last = node.last_zxid()
         lc = node.last_committed
         out.append(
@@ -29,10 +33,10 @@ def dump(nodes: Sequence[Node]) -> bytes:
                 last & 0xFFFFFFFF,
                 lc >> 32,
                 lc & 0xFFFFFFFF,
-                len(node.history),
+                len(history),
             )
         )
-        for z, payload in node.history:
+        for z, payload in history:
             out.append(_TXN.pack(z >> 32, z & 0xFFFFFFFF, len(payload)))
             out.append(payload)
     return b"".join(out)

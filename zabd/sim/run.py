@@ -3,9 +3,11 @@ Spark sweeps. Returns the canonical digest plus what a sweep wants to know."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zabd.protocol.effects import PHASE_SYNC, AppendTxn, CommitTo, Effect, RoleChanged
+from zabd.protocol.messages import Txn
 from zabd.protocol.node import LEADING, Node
 from zabd.sim.checker import SafetyChecker, Violation
 from zabd.sim.dump import digest, dump
@@ -80,10 +82,10 @@ def _percentile(values: list[int], q: float) -> int:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def committed_length(node: Node) -> int:
-    """How many txns of the node's history are committed."""
+def committed_length(node: Node, history: Sequence[Txn] | None = None) -> int:
+    """How many txns of the node's (full) history are committed."""
     lc = node.last_committed
-    h = node.history
+    h = node.history if history is None else history
     lo, hi = 0, len(h)
     while lo < hi:
         mid = (lo + hi) // 2
@@ -95,8 +97,8 @@ def committed_length(node: Node) -> int:
 
 
 def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False) -> ScenarioResult:
-    checker = SafetyChecker(config.command() + " --check") if check else None
     metrics = RunMetrics(config)
+    checker: SafetyChecker | None = None
 
     def observe(tick: int, node: Node, effects: list[Effect]) -> None:
         if checker is not None:
@@ -104,13 +106,19 @@ def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False)
         metrics.observe(tick, node, effects)
 
     sim = Simulator(config, observer=observe)
+    disks = sim.disks
+    if check:
+        history_of = (lambda node: disks.logs[node.id]) if disks is not None else None
+        checker = SafetyChecker(config.command() + " --check", history_of)
     nodes = sim.run()
-    raw = dump(nodes)
+    if checker is not None and sim.window_problem is not None:
+        checker.record_window(*sim.window_problem)
+    raw = dump(nodes, disks.logs if disks is not None else None)
     return ScenarioResult(
         config=config,
         digest=digest(raw),
         violation=checker.violation if checker is not None else None,
-        committed=max(committed_length(n) for n in nodes),
+        committed=max(committed_length(n, disks.logs[n.id] if disks is not None else None) for n in nodes),
         elections=metrics.elections,
         first_leader_tick=metrics.first_leader_tick,
         commit_latency_p50=_percentile(metrics.latencies, 0.50),

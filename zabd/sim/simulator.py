@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
 from zabd.protocol import zxid as zx
-from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send
+from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send, SendSync
 from zabd.protocol.messages import Message
 from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node
 from zabd.protocol.options import CANONICAL, Options
 from zabd.protocol.rand import MASK64
+from zabd.sim.disks import SimDisks, SnapshotTransfer
 from zabd.sim.faults import Crash, Cut, FaultEvent, Restart
 
 
@@ -101,7 +102,10 @@ class Simulator:
         for e in config.faults:
             if isinstance(e, (Crash, Restart)):
                 self.node_events.setdefault(e.at, []).append(e)
-        self.heap: list[tuple[int, int, int, int, int, Message]] = []
+        self.heap: list[tuple[int, int, int, int, int, Message | SnapshotTransfer]] = []
+        # the windowed variant keeps each node's disk; the canonical one needs none
+        self.disks = SimDisks(n) if config.options.windowed else None
+        self.window_problem: tuple[int, int, str] | None = None
         self.seq = 0
         self.stats = SimStats()
         self.observer = observer
@@ -127,6 +131,13 @@ class Simulator:
         if not node.effects:
             return
         effects = node.take_effects()
+        disks = self.disks
+        if disks is not None:
+            disks.persist(node, effects)
+            if self.window_problem is None:
+                problem = disks.check_window(node)
+                if problem is not None:
+                    self.window_problem = (t, node.id, problem)
         if self.observer is not None:
             self.observer(t, node, effects)
         src = node.id
@@ -142,13 +153,16 @@ class Simulator:
         failed: list[tuple[int, int]] | None = None
         for index, eff in enumerate(effects):
             cls = type(eff)
-            msg: Message
+            msg: Message | SnapshotTransfer
             if cls is Broadcast:
                 dsts: tuple[int, ...] = node.peers
                 msg = eff.msg  # type: ignore[union-attr]
             elif cls is Send:
                 dsts = (eff.dst,)  # type: ignore[union-attr]
                 msg = eff.msg  # type: ignore[union-attr]
+            elif cls is SendSync and disks is not None:
+                dsts = (eff.dst,)  # type: ignore[union-attr]
+                msg = disks.sync_message(node, eff)  # type: ignore[arg-type]
             else:
                 continue
             for dst in dsts:
@@ -242,7 +256,9 @@ class Simulator:
                     continue
                 stats.deliveries += 1
                 node = nodes[dst - 1]
-                node.on_message(src, msg, t)
+                if self.disks is not None:
+                    msg = self.disks.deliver(dst, msg)
+                node.on_message(src, msg, t)  # type: ignore[arg-type]
                 if node.effects:
                     self._flush(node, t)
                     # a dropped send can make a follower tick at t (v1.4)

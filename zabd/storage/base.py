@@ -30,6 +30,11 @@ class PersistentState:
     log_base: int = 0
     snapshot_zxid: int = 0
     snapshot: bytes | None = None
+    # ``history`` may hold only the newest part of the retained log (a window:
+    # DiskStorage(window=N)); it starts right after ``window_base``, and
+    # ``below_ends`` has the last zxid of each epoch of the log below it.
+    window_base: int = 0
+    below_ends: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -52,6 +57,26 @@ class Storage(Protocol):
 
     def replace_history(self, history: Sequence[Txn]) -> None: ...
 
+    def truncate_append(self, after: int, txns: Sequence[Txn]) -> None:
+        """Keep the records up to ``after``, drop the rest, append ``txns``."""
+        ...
+
+    def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
+        """A snapshot received from a leader replaces the state; the log
+        restarts after ``log_base`` (default ``zxid``)."""
+        ...
+
+    def read_range(self, after: int, upto: int, max_bytes: int = 0) -> list[Txn]:
+        """Retained txns in ``(after, upto]``, in order; with ``max_bytes``, at
+        most about that many payload bytes (at least one txn). Raises
+        ``PurgedError`` if txns after ``after`` are no longer held."""
+        ...
+
+    @property
+    def log_start(self) -> int:
+        """The log holds every txn after this zxid (older ones were purged)."""
+        ...
+
     def commit_to(self, zxid: int) -> None:
         """Record the commit point. Not a barrier: recovery may find an older
         one, which is safe (commits are re-learned from the leader)."""
@@ -65,6 +90,36 @@ class Storage(Protocol):
     async def flush(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class PurgedError(Exception):
+    """Txns that were asked for are gone: a snapshot covers them and the log
+    that held them was purged. ``oldest`` is the newest zxid no longer held."""
+
+    def __init__(self, after: int, oldest: int) -> None:
+        super().__init__(f"txns after {after >> 32}:{after & 0xFFFF_FFFF} were purged; the log holds only txns "
+                         f"after {oldest >> 32}:{oldest & 0xFFFF_FFFF}")
+        self.after = after
+        self.oldest = oldest
+
+
+def read_from(history: Sequence[Txn], after: int, upto: int, max_bytes: int) -> list[Txn]:
+    """``read_range`` over an in-memory list of txns."""
+    lo, hi = 0, len(history)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if history[mid].zxid <= after:
+            lo = mid + 1
+        else:
+            hi = mid
+    out: list[Txn] = []
+    size = 0
+    for t in history[lo:]:
+        if t.zxid > upto or (max_bytes and out and size + len(t.payload) > max_bytes):
+            break
+        out.append(t)
+        size += len(t.payload)
+    return out
 
 
 class MemoryStorage:
@@ -83,6 +138,8 @@ class MemoryStorage:
             self.state.epoch_leader,
             list(self.state.history),
             self.state.last_committed,
+            log_base=self.state.log_base,
+            window_base=self.state.log_base,
         )
 
     def persist_epochs(self, accepted_epoch: int, epoch_leader: int, current_epoch: int) -> None:
@@ -98,6 +155,28 @@ class MemoryStorage:
     def replace_history(self, history: Sequence[Txn]) -> None:
         self.state.history = list(history)
         self._pending += 1
+
+    def truncate_append(self, after: int, txns: Sequence[Txn]) -> None:
+        h = self.state.history
+        keep = len(read_from(h, 0, after, 0)) if h and h[0].zxid <= after else 0
+        del h[keep:]
+        h.extend(txns)
+        self._pending += 1
+
+    def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
+        # Memory keeps no snapshot: the log restarts after it, the state is the caller's
+        self.state.history = []
+        self.state.log_base = self.state.snapshot_zxid = zxid if log_base is None else log_base
+        self._pending += 1
+
+    def read_range(self, after: int, upto: int, max_bytes: int = 0) -> list[Txn]:
+        if after < self.state.log_base:
+            raise PurgedError(after, self.state.log_base)
+        return read_from(self.state.history, after, upto, max_bytes)
+
+    @property
+    def log_start(self) -> int:
+        return self.state.log_base
 
     def commit_to(self, zxid: int) -> None:
         self.state.last_committed = zxid

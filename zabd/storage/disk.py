@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
-from zabd.storage.base import PersistentState, Storage, StorageStats
+from zabd.storage.base import PersistentState, PurgedError, Storage, StorageStats
 from zabd.storage.epochs import CommitFile, Epochs, read_commit, read_epochs, write_epochs
 from zabd.storage.snapshot import (
     list_snapshots,
@@ -52,8 +52,11 @@ from zabd.storage.snapshot import (
     write_snapshot,
 )
 from zabd.storage.txnlog import (
+    REC_HEADER,
+    REC_HEADER_SIZE,
     PhysicalLog,
     StorageError,
+    decode_records,
     encode_record,
     follows,
     fsync_dir,
@@ -91,6 +94,7 @@ class DiskStorage:
         fsync: bool = True,
         segment_bytes: int = 64 * MiB,
         prealloc_bytes: int = 16 * MiB,
+        window: int = 0,
     ) -> None:
         if segment_bytes < 4096:
             raise ValueError(f"segment_bytes {segment_bytes} is below 4096")
@@ -104,6 +108,9 @@ class DiskStorage:
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.prealloc_bytes = prealloc_bytes
+        # load() reads at most this many committed txns into memory (0: all);
+        # older ones are read from the segment files when asked for
+        self.window = window
         self.stats = StorageStats()
         self.warnings: list[str] = []
         # loop side: the logical log after every buffered call
@@ -131,6 +138,7 @@ class DiskStorage:
         self._commit_written = -1
         self._handoff_scheduled = False
         self._lock_fd = -1
+        self._purged_base = 0  # set by the writer thread after a purge
 
     # ----------------------------------------------------------------- load
 
@@ -157,18 +165,21 @@ class DiskStorage:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            rec = recover_log(self.log_dir)
+            rec = recover_log(self.log_dir, load_txns=False)
         finally:
             if gc_was_enabled:
                 gc.enable()
         self.warnings.extend(rec.warnings)
-        history = rec.history
         base = rec.base_zxid
         segments = rec.segments
-        last = history[-1].zxid if history else base
+        all_zxids: array[int] = array("Q")
+        for seg in segments:  # already built by the scan: no pass over the records
+            all_zxids.extend(seg.zxids)
+        last = all_zxids[-1] if all_zxids else base
         snap_zxid = snap.zxid if snap is not None else 0
         if snap is not None:
-            in_log = snap_zxid == base or _contains(history, snap_zxid)
+            i = bisect_left(all_zxids, snap_zxid)
+            in_log = snap_zxid == base or (i < len(all_zxids) and all_zxids[i] == snap_zxid)
             if not segments and snap_zxid > 0 and not snap.received:
                 raise StorageError(f"{self.log_dir}: no log segments, but snapshot {snap.path} needs the log after it")
             if segments and not in_log:
@@ -183,7 +194,7 @@ class DiskStorage:
                         os.unlink(seg.path)
                     fsync_dir(self.log_dir)
                     segments = []
-                    history = []
+                    all_zxids = array("Q")
                     base = last = snap_zxid
                 elif snap_zxid > last:
                     raise StorageError(
@@ -213,14 +224,11 @@ class DiskStorage:
                 f"{self.commit_path}: commit point {zx.fmt(commit)} was recorded but the log ends at {zx.fmt(last)}: "
                 "log records are missing at the end"
             )
-        if history and commit > base:
-            i = bisect_right(_ZxidView(history), commit)
-            commit = history[i - 1].zxid if i > 0 else base
+        if all_zxids and commit > base:
+            i = bisect_right(all_zxids, commit)
+            commit = all_zxids[i - 1] if i > 0 else base
         last_committed = max(commit, snap_zxid)
-        zxids: array[int] = array("Q")
-        for seg in segments:  # already built by the scan: no pass over 1M Txns
-            zxids.extend(seg.zxids)
-        self._zxids = zxids
+        self._zxids = all_zxids
         self._base = base
         self._commit = last_committed
         self._durable_zxid = last
@@ -235,6 +243,16 @@ class DiskStorage:
         self._loaded = True
         self._thread = threading.Thread(target=self._writer, name="zabd-log-writer", daemon=True)
         self._thread.start()
+        # the window: every uncommitted txn, and the newest committed ones
+        first = 0
+        if self.window:
+            committed_n = bisect_right(all_zxids, last_committed)
+            first = max(0, min(committed_n, len(all_zxids) - self.window))
+        window_base = all_zxids[first - 1] if first else base
+        below_ends: dict[int, int] = {}
+        for z in all_zxids[:first]:
+            below_ends[z >> 32] = z
+        history = self.read_range(window_base, last) if all_zxids else []
         return PersistentState(
             current_epoch=epochs.current_epoch,
             accepted_epoch=epochs.accepted_epoch,
@@ -244,6 +262,8 @@ class DiskStorage:
             log_base=base,
             snapshot_zxid=snap_zxid,
             snapshot=snap.data if snap is not None else None,
+            window_base=window_base,
+            below_ends=below_ends,
         )
 
     def _remove_temp_files(self) -> None:
@@ -264,6 +284,79 @@ class DiskStorage:
     def last_zxid(self) -> int:
         return self._zxids[-1] if self._zxids else self._base
 
+    @property
+    def log_start(self) -> int:
+        """The log holds every txn after this zxid (older ones were purged)."""
+        self._forget_purged()
+        return self._base
+
+    def _forget_purged(self) -> None:
+        # The writer purged segments: drop their zxids from the loop's index
+        # (8 bytes a txn would otherwise grow with every write ever made).
+        purged = self._purged_base
+        if purged > self._base:
+            zs = self._zxids
+            del zs[: bisect_right(zs, purged)]
+            self._base = purged
+
+    def truncate_append(self, after: int, txns: Sequence[Txn]) -> None:
+        """Keep the records up to ``after``, drop the rest (durably, before
+        anything new is written), append ``txns`` (a sync plan)."""
+        self._check_open()
+        if after < self._base:
+            raise ValueError(f"truncate_append: {zx.fmt(after)} is below the log base {zx.fmt(self._base)}")
+        zs = self._zxids
+        k = bisect_right(zs, after)
+        if k and zs[k - 1] != after:
+            raise ValueError(f"truncate_append: {zx.fmt(after)} is not a txn of the log")
+        if k < len(zs):
+            if self._commit > after:
+                raise ValueError(f"truncate_append would drop committed txn {zx.fmt(self._commit)}")
+            self._seal()
+            self._ops.append((_TRUNCATE, after))
+            del zs[k:]
+        for t in txns:
+            self.append(t)
+
+    def read_range(self, after: int, upto: int, max_bytes: int = 0) -> list[Txn]:
+        """Durable txns in ``(after, upto]`` from the segment files, in order;
+        with ``max_bytes``, about that many payload bytes (at least one txn).
+        Any thread; a range that was purged raises PurgedError."""
+        base = max(self._base, self._purged_base)
+        if after < base:
+            raise PurgedError(after, base)
+        upto = min(upto, self._durable_zxid)  # the writer may be mid-batch above it
+        out: list[Txn] = []
+        size = 0
+        plog = self._plog
+        segments = list(plog.segments) if plog is not None else []
+        for seg in segments:
+            zs = seg.zxids
+            if not zs or zs[-1] <= after:
+                continue
+            if zs[0] > upto:
+                break
+            i = bisect_right(zs, after)
+            j = bisect_right(zs, upto)
+            if j <= i:
+                continue
+            try:
+                with open(seg.path, "rb") as f:
+                    fd = f.fileno()
+                    last = seg.offsets[j - 1]
+                    _, n, _ = REC_HEADER.unpack(os.pread(fd, REC_HEADER_SIZE, last))
+                    start = seg.offsets[i]
+                    data = os.pread(fd, last + REC_HEADER_SIZE + n - start, start)
+            except FileNotFoundError:
+                raise PurgedError(after, max(self._base, self._purged_base)) from None
+            for txn in decode_records(seg.path, data, start):
+                out.append(txn)
+                size += len(txn.payload)
+                if max_bytes and size >= max_bytes:
+                    return out
+        return out
+        return out
+
     def persist_epochs(self, accepted_epoch: int, epoch_leader: int, current_epoch: int) -> None:
         self._check_open()
         if accepted_epoch < current_epoch:
@@ -273,6 +366,8 @@ class DiskStorage:
 
     def append(self, txn: Txn) -> None:
         self._check_open()
+        if self._purged_base > self._base:
+            self._forget_purged()
         z = txn.zxid
         prev = self._zxids[-1] if self._zxids else self._base
         if not follows(prev, z):
@@ -537,6 +632,7 @@ class DiskStorage:
             elif kind == _PURGE:
                 snaps, oldest = purge_snapshots(self.snap_dir, op[1])
                 op[2].append((snaps, plog.purge_upto(oldest) if oldest else 0))
+                self._purged_base = plog.base_zxid
         plog.sync()
         # never ahead of the durable log: a later batch may hold the commit's txn
         commit = min(self._commit, plog.last_zxid)
@@ -551,26 +647,6 @@ def _resolve(futures: list[asyncio.Future[None]]) -> None:
     for f in futures:
         if not f.done():
             f.set_result(None)
-
-
-class _ZxidView(Sequence[int]):
-    """Zxids of a Txn list, for bisect without copying."""
-
-    __slots__ = ("_h",)
-
-    def __init__(self, history: Sequence[Txn]) -> None:
-        self._h = history
-
-    def __len__(self) -> int:
-        return len(self._h)
-
-    def __getitem__(self, i: Any) -> Any:
-        return self._h[i].zxid
-
-
-def _contains(history: Sequence[Txn], z: int) -> bool:
-    i = bisect_left(_ZxidView(history), z)
-    return i < len(history) and history[i].zxid == z
 
 
 def _common_prefix(zs: array[int], hz: list[int], j: int) -> int:

@@ -244,6 +244,23 @@ def scan_segment(
     return result
 
 
+def decode_records(path: str, data: bytes, offset: int) -> Iterator[Txn]:
+    """The txns of whole records in ``data`` (read from ``path`` at
+    ``offset``), each checksum verified: a bad one raises LogCorruption."""
+    view = memoryview(data)
+    pos = 0
+    end = len(data)
+    unpack = REC_HEADER.unpack_from
+    crc = crc32c.crc32c
+    while pos + REC_HEADER_SIZE <= end:
+        c, n, z = unpack(view, pos)
+        stop = pos + REC_HEADER_SIZE + n
+        if stop > end or crc(view[pos + 4 : stop]) != c:
+            raise LogCorruption(path, offset + pos, f"record {zx.fmt(z)} does not verify on a read")
+        yield Txn(z, data[pos + REC_HEADER_SIZE : stop])
+        pos = stop
+
+
 def read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
