@@ -29,6 +29,26 @@ def test_random_fault_schedules_are_safe(seed: int) -> None:
     assert result.violation is None, f"{result.violation.describe()}\n{result.reproducer}"
 
 
+def run_counting(config: SimConfig) -> tuple[dict[str, int], int]:
+    """Sync modes sent, and how many syncs read from the log, under the checker."""
+    sim = Simulator(config)
+    disks = sim.disks
+    assert disks is not None
+    checker = SafetyChecker(config.command(), lambda node: disks.logs[node.id])
+    reads = 0
+
+    def observe(t: int, node: Node, effects: list[Effect]) -> None:
+        nonlocal reads
+        checker.observe(t, node, effects)
+        reads += sum(1 for e in effects if isinstance(e, SendSync) and e.read_upto > e.read_after)
+
+    sim.observer = observe
+    sim.run()
+    assert checker.ok, checker.violation
+    assert sim.window_problem is None, sim.window_problem
+    return disks.syncs_sent, reads
+
+
 def test_every_sync_mode_happens() -> None:
     """DIFF (with log reads), TRUNC and SNAP all occur in a few scenarios
     (these seeds were picked for their TRUNC, the rarest mode)."""
@@ -40,22 +60,9 @@ def test_every_sync_mode_happens() -> None:
         (5941368797401811114, 3, 1048, 225, 6554996884312557595, 5),
     ):
         config = SimConfig(seed, n, rounds, k, frozenset(), tuple(random_faults(fseed, n, rounds, nf)), SERVER)
-        checker = SafetyChecker(config.command())
-        sim = Simulator(config)
-        disks = sim.disks
-        assert disks is not None
-        checker.history_of = lambda node: disks.logs[node.id]
-
-        def observe(t: int, node: Node, effects: list[Effect]) -> None:
-            nonlocal reads
-            checker.observe(t, node, effects)
-            reads += sum(1 for e in effects if isinstance(e, SendSync) and e.read_upto > e.read_after)
-
-        sim.observer = observe
-        sim.run()
-        assert checker.ok, checker.violation
-        assert sim.window_problem is None, sim.window_problem
-        for mode, count in disks.syncs_sent.items():
+        sent, r = run_counting(config)
+        reads += r
+        for mode, count in sent.items():
             seen[mode] += count
     assert all(seen.values()), seen
     assert reads > 0, "no DIFF read from the log"
