@@ -199,3 +199,20 @@ def test_soak_large_faulted_sweep_has_no_violations(spark: Any, tmp_path: Path) 
     assert report.failures == 0, report.failed_rows
     assert sum(c["scenarios"] for c in report.cells) == 20_000
     assert all(c["drop_pct"] > 0 for c in report.cells if c["faults_per_run"] > 0)
+
+
+def test_the_server_variant_sweeps_and_replays(spark: Any, tmp_path: Path) -> None:
+    """--variant server: the windowed protocol with sync plans, checked; a
+    row's command replays it with zabd sim."""
+    grid = make_grid(
+        {"scenarios": 120, "seed": 5, "nodes": [3, 5], "rounds": [2500], "proposals": [80],
+         "faults_per_run": [0, 6], "variant": "server"}
+    )
+    report = sweep(spark, grid, str(tmp_path), progress=False, plots=False)
+    assert report.failures == 0, report.failed_rows
+    rows = read_rows(tmp_path)
+    assert len(rows) == 120 and all(r["committed"] > 0 for r in rows if r["faults_per_run"] == 0)
+    r = next(r for r in rows if r["fault_events"] >= 3)
+    assert r["command"].endswith("--variant server --check")
+    proc = run_cli(*shlex.split(r["command"])[1:])
+    assert proc.returncode == 0 and proc.stdout == r["digest"], proc.stderr

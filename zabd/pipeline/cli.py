@@ -1,7 +1,7 @@
 """``zabd pipeline``: Spark sweeps of simulated scenarios and audits of real logs.
 
     zabd pipeline sweep --scenarios N --out DIR [--seed S] [--nodes 3,5,7] [--rounds R,...]
-                        [--proposals K,...] [--faults-per-run F,...] [--task-size T]
+                        [--proposals K,...] [--faults-per-run F,...] [--variant canonical|server] [--task-size T]
                         [--master URL] [--quiet] [--no-plots]
     zabd pipeline sweep --grid FILE.toml [--out DIR] [--master URL] ...
     zabd pipeline audit DIR... [--out DIR] [--master URL] [--quiet]
@@ -93,7 +93,7 @@ def spark_unavailable() -> str | None:
 
 # -------------------------------------------------------------------- sweep
 
-SWEEP_GRID_OPTIONS = ("scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run")
+SWEEP_GRID_OPTIONS = ("scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run", "variant")
 SWEEP_OPTIONS = (*SWEEP_GRID_OPTIONS, "grid", "out", "master", "task-size")
 SWEEP_FLAGS = ("quiet", "no-plots")
 
@@ -127,6 +127,8 @@ def sweep_main(argv: list[str]) -> int:
             for name, (lo, hi) in limits.items():
                 if name in p.values:
                     values[name.replace("-", "_")] = list(parse_int_csv(f"--{name}", p.values[name], lo, hi))
+            if "variant" in p.values:
+                values["variant"] = p.values["variant"]
             grid = make_grid(values)
         out = p.values.get("out", extra.get("out"))
         if not isinstance(out, str) or not out:

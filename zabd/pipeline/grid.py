@@ -60,6 +60,8 @@ class Grid:
     proposals: tuple[int, ...]
     faults_per_run: tuple[int, ...]
     canaries: tuple[str, ...] = ()
+    # "server": the server's protocol variant (windowed, sync plans); not canonical
+    variant: str = "canonical"
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -87,6 +89,7 @@ class Grid:
             "proposals": list(self.proposals),
             "faults_per_run": list(self.faults_per_run),
             "canaries": list(self.canaries),
+            "variant": self.variant,
         }
 
     def command(self) -> str:
@@ -99,6 +102,7 @@ class Grid:
             f"zabd pipeline sweep --scenarios {self.scenarios} --seed {self.seed} --nodes {csv(self.nodes)} "
             f"--rounds {csv(self.rounds)} --proposals {csv(self.proposals)} "
             f"--faults-per-run {csv(self.faults_per_run)}"
+            + (f" --variant {self.variant}" if self.variant != "canonical" else "")
         )
 
 
@@ -170,7 +174,9 @@ def check_canaries(field: str, value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
-GRID_KEYS = ("scenarios", "seed", "nodes", "rounds", "proposals", "faults_per_run", "canaries", "task_size", "out")
+GRID_KEYS = (
+    "scenarios", "seed", "nodes", "rounds", "proposals", "faults_per_run", "canaries", "variant", "task_size", "out"
+)
 DEFAULTS: dict[str, object] = {
     "seed": 0,
     "nodes": [3, 5, 7],
@@ -194,7 +200,16 @@ def make_grid(values: dict[str, object], where: str = "") -> Grid:
         proposals=_int_list(f"{where}proposals", merged["proposals"], 0, U64_MAX),
         faults_per_run=_int_list(f"{where}faults_per_run", merged["faults_per_run"], 0, MAX_FAULTS_PER_RUN),
         canaries=check_canaries(f"{where}canaries", merged.get("canaries", [])),
+        variant=check_variant(f"{where}variant", merged.get("variant", "canonical")),
     )
+
+
+def check_variant(field: str, value: object) -> str:
+    from zabd.protocol.options import VARIANTS
+
+    if not isinstance(value, str) or value not in VARIANTS:
+        raise GridError(f"{field}: {value!r} is not a protocol variant (expected one of {', '.join(VARIANTS)})")
+    return value
 
 
 def load_grid_file(path: str) -> tuple[Grid, dict[str, object]]:

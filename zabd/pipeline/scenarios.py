@@ -12,6 +12,7 @@ from typing import Any
 
 from zabd.pipeline.grid import Grid, Task
 from zabd.pipeline.handmade import HANDMADE, run_handmade
+from zabd.protocol.options import VARIANTS
 from zabd.sim.checker import Violation
 from zabd.sim.faults import format_faults, random_faults
 from zabd.sim.run import run_scenario
@@ -75,7 +76,8 @@ def scenario_config(grid: Grid, index: int) -> tuple[int, SimConfig, int]:
     c, cell = grid.cell_of(index)
     seed = grid.scenario_seed(index)
     faults = tuple(random_faults(seed, cell.nodes, cell.rounds, cell.faults_per_run))
-    return c, SimConfig(seed, cell.nodes, cell.rounds, cell.proposals, faults=faults), cell.faults_per_run
+    config = SimConfig(seed, cell.nodes, cell.rounds, cell.proposals, faults=faults, options=VARIANTS[grid.variant])
+    return c, config, cell.faults_per_run
 
 
 def _none_if_negative(v: int) -> int | None:
