@@ -163,8 +163,7 @@ def test_one_sync_in_flight_per_follower_and_one_retry() -> None:
     node.on_message(2, LookForLeader(1, 0, 1), 20)
     assert len(plans(node)) == 1
     node.on_message(2, LookForLeader(1, 0, 1), 21)  # a repeated request gets no second copy
-    node.link_failed(2, 22)
-    node.on_tick(60)  # the resync heartbeat too
+    node.on_message(2, SyncInfo(0, ()), 22)  # nor the same report again
     assert plans(node) == []
     node.on_message(1, Ack(z(1, 1)), 110)  # node 1 keeps supporting the leader
     node.on_tick(120)  # not acknowledged within sync_retry (100): sent once more
@@ -176,6 +175,23 @@ def test_one_sync_in_flight_per_follower_and_one_retry() -> None:
     assert len(plans(node)) == 1
     node.on_message(2, AckLeader(2), 231)  # acknowledged: nothing in flight
     assert 2 not in node.syncing
+    assert node.infos[2] == SyncInfo(node.last_zxid(), ())  # and the next plan starts from what it got
+
+
+def test_a_broken_link_loses_the_sync_in_flight_and_an_ack_settles_the_resync() -> None:
+    node = leader_with(txns(z(1, 1)))
+    node.on_message(2, SyncInfo(0, ()), 20)
+    node.on_message(2, LookForLeader(1, 0, 1), 20)
+    assert len(plans(node)) == 1
+    node.link_failed(2, 21)  # lost with the link: the resync heartbeat sends again
+    node.on_message(1, Ack(z(1, 1)), 59)
+    node.on_tick(60)
+    assert len(plans(node)) == 1
+    node.on_message(2, AckLeader(2), 61)  # acknowledged after the loss: no resync is due
+    assert 2 not in node.needs_sync
+    node.on_message(1, Ack(z(1, 1)), 109)
+    node.on_tick(110)
+    assert plans(node) == []
 
 
 def test_a_new_report_while_in_flight_plans_again() -> None:

@@ -46,7 +46,7 @@ class Stats:
 
 
 class BenchConn(asyncio.Protocol):
-    def __init__(self, stats: Stats, payload: bytes, window: int, stop_at: list[float]) -> None:
+    def __init__(self, stats: Stats, payload: bytes, window: int, stop_at: list[float], kv_keys: int = 0) -> None:
         self.stats = stats
         self.payload = payload
         self.window = window
@@ -61,6 +61,11 @@ class BenchConn(asyncio.Protocol):
         # map header + constant fields, then the id and the payload
         self._prefix = b"\x84" + _packb("v") + _packb(1) + _packb("type") + _packb("propose") + _packb("id")
         self._payload_part = _packb("payload") + _packb(payload)
+        # --kv-keys: KV puts over that many keys instead of raw proposals
+        self.kv_keys = kv_keys
+        if kv_keys:
+            self._prefix = b"\x85" + _packb("v") + _packb(1) + _packb("type") + _packb("put") + _packb("id")
+            self._payload_part = _packb("value") + _packb(payload)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -78,9 +83,14 @@ class BenchConn(asyncio.Protocol):
         tail = self._payload_part
         out = []
         sent = self.sent
+        keys = self.kv_keys
         for _ in range(n):
             self.next_id += 1
-            body = prefix + _packb(self.next_id) + tail
+            if keys:
+                key = _packb("key") + _packb(f"k{self.next_id * 7919 % keys}")
+                body = prefix + _packb(self.next_id) + key + tail
+            else:
+                body = prefix + _packb(self.next_id) + tail
             out.append(len(body).to_bytes(4, "big"))
             out.append(body)
             sent.append(now)
@@ -204,6 +214,7 @@ async def run_bench(
     target: str,
     progress: bool,
     server_pids: list[int] | None = None,
+    kv_keys: int = 0,
 ) -> dict[str, Any]:
     from zabd.client.client import parse_servers
 
@@ -222,7 +233,9 @@ async def run_bench(
     stop_at = [time.monotonic() + warmup + duration + 3600.0]
     conns: list[BenchConn] = []
     for host, port in chosen:
-        _, proto = await loop.create_connection(lambda: BenchConn(stats, payload, window, stop_at), host, port)
+        _, proto = await loop.create_connection(
+            lambda: BenchConn(stats, payload, window, stop_at, kv_keys), host, port
+        )
         conns.append(proto)
     if warmup > 0:
         await asyncio.sleep(warmup)
@@ -318,9 +331,12 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="with --spawn: a server config field"
     )
+    p.add_argument("--kv-keys", type=int, default=0, help="KV puts over this many keys instead of raw proposals")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
+    if args.kv_keys < 0:
+        p.error(f"--kv-keys {args.kv_keys}: expected 0 (raw proposals) or a number of keys")
     if (args.servers is None) == (args.spawn is None):
         p.error("give exactly one of --servers and --spawn")
     for name in ("clients", "window", "payload"):
@@ -342,6 +358,7 @@ def main(argv: list[str]) -> int:
             warmup=args.warmup,
             target=args.target,
             progress=not args.no_progress,
+            kv_keys=args.kv_keys,
         )
         if args.servers:
             return await run_bench(args.servers.split(","), **kw)

@@ -146,7 +146,8 @@ class Node:
         self.below_ends: dict[int, int] = {}  # epoch -> last zxid, of the txns that left memory
         self.log_start = zx.ZERO  # the driver's log holds the txns after it (windowed only)
         self.infos: dict[int, SyncInfo] = {}  # what each follower last said it holds
-        self.syncing: dict[int, tuple[int, bool]] = {}  # follower -> (tick sent, retried): one sync in flight
+        # follower -> (tick sent, retried, last zxid sent): one sync in flight
+        self.syncing: dict[int, tuple[int, bool, int]] = {}
         self._window = options.window if options.windowed else 0
         self.effects: list[Effect] = []
         self._transition_at = 0
@@ -339,7 +340,7 @@ class Node:
         wake = self.last_heartbeat + HEARTBEAT_INTERVAL
         if self.syncing:
             retry = self.options.sync_retry
-            for sent, _ in self.syncing.values():
+            for sent, _, _ in self.syncing.values():
                 if sent + retry < wake:
                     wake = sent + retry
         need = self.quorum - 1
@@ -386,6 +387,8 @@ class Node:
         leader closes; ``wake`` drops to ``t`` so that a driver ticks it."""
         if self.role == LEADING and self.discovered:
             self.needs_sync.add(peer)
+            if self._window:
+                self.syncing.pop(peer, None)  # a sync in flight was lost with the link
         elif self.role == FOLLOWING and peer == self.leader:
             self.leader_lost = True
             self.wake = t
@@ -622,7 +625,13 @@ class Node:
         self.last_heard[f] = t
         self.leader_acks.add(f)
         if self._window:
-            self.syncing.pop(f, None)
+            sent = self.syncing.pop(f, None)
+            if sent is not None:
+                # f now holds this leader's history up to what the sync carried,
+                # with nothing lost since: no resync is due, and a later plan
+                # for f starts from there rather than from its old report
+                self.needs_sync.discard(f)
+                self.infos[f] = SyncInfo(sent[2], ())
         if self.synced:
             self._send(f, Commit(self.last_committed))
         else:
@@ -728,7 +737,7 @@ class Node:
             self._plan_sync(f, t, retried=False)
 
     def _plan_sync(self, f: int, t: int, retried: bool) -> None:
-        self.syncing[f] = (t, retried)
+        self.syncing[f] = (t, retried, self.last_zxid())
         info = self.infos.get(f, _NOTHING)
         h = self.history
         ends = dict(self.below_ends)
@@ -750,7 +759,7 @@ class Node:
 
     def _retry_syncs(self, t: int) -> None:
         retry = self.options.sync_retry
-        for f, (sent, retried) in list(self.syncing.items()):
+        for f, (sent, retried, _) in list(self.syncing.items()):
             if t - sent < retry:
                 continue
             if retried:
