@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zabd.client.spawn import LocalCluster  # noqa: E402
+from zabd.client.spawn import LocalCluster
 
 MiB = 1 << 20
 

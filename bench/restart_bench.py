@@ -26,14 +26,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zabd.client import Client, ZabdError  # noqa: E402
-from zabd.client.spawn import LocalCluster  # noqa: E402
-from zabd.kv import KV_MAGIC, KVMachine  # noqa: E402
-from zabd.kv.store import Put  # noqa: E402
-from zabd.protocol import zxid as zx  # noqa: E402
-from zabd.protocol.messages import Txn  # noqa: E402
-from zabd.server.snapshots import Snapshotter  # noqa: E402
-from zabd.storage.disk import DiskStorage  # noqa: E402
+from zabd.client import Client, ZabdError
+from zabd.client.spawn import LocalCluster
+from zabd.kv import KV_MAGIC, KVMachine
+from zabd.kv.store import Put
+from zabd.protocol import zxid as zx
+from zabd.protocol.messages import Txn
+from zabd.server.snapshots import Snapshotter
+from zabd.storage.disk import DiskStorage
 
 
 def build(data_dir: str, n: int, keys: int) -> dict[str, Any]:
