@@ -127,7 +127,7 @@ async def leader_rig(path: Path, early: bool) -> Rig:
     rig.deliver(1, SyncInfo(0, ()))
     rig.deliver(1, AckEpoch(1, 0, 0))
     said = await rig.flush()
-    assert [x.dst for kind, x in said if kind == "sync"] == [1]  # the NewLeader as a plan, to node 1 only
+    assert [x.dst for kind, x in said if kind == "sync"] == [1, 2]  # the NewLeader as a plan, to every peer
     rig.deliver(1, AckLeader(1))
     await rig.flush()
     assert rig.node.synced

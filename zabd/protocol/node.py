@@ -358,8 +358,7 @@ class Node:
         elif not self.synced:
             if self._window:
                 for f in self.peers:
-                    if f in self.epoch_acks:
-                        self._send_sync(f, t)
+                    self._send_sync(f, t)
             else:
                 self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
         else:
@@ -554,9 +553,10 @@ class Node:
         self._persist_epochs()
         self._announce()
         if self._window:
+            # every peer, as the spec's broadcast: a follower that is ahead (not
+            # counted in discovery) must still be cut back to this history
             for f in self.peers:
-                if f in self.epoch_acks:
-                    self._send_sync(f, t)
+                self._send_sync(f, t)
         else:
             self._broadcast(NewLeader(self.current_epoch, self._history_snapshot()))
         self._try_finish_sync(t)
