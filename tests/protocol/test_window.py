@@ -248,3 +248,36 @@ def test_a_synced_follower_acks_proposals_and_commits(mode: int) -> None:
     node.take_effects()
     node.on_message(3, Commit(z(2, 1)), 6)
     assert node.last_committed == z(2, 1)
+
+
+# ------------------------------------------------------------ read barriers
+
+
+def test_a_read_barrier_needs_a_quorum_of_answers_after_it_began() -> None:
+    from zabd.protocol.effects import Broadcast, ReadFailed, ReadReady
+    from zabd.protocol.messages import ReadPing, ReadPong
+
+    node = leader_with(txns(z(1, 1)))
+    node.read_barrier(7, 20)
+    assert Broadcast(ReadPing(1)) in node.take_effects()
+    node.on_message(1, ReadPong(0), 21)  # an answer to an older ping proves nothing about this read
+    assert not any(isinstance(e, ReadReady) for e in node.take_effects())
+    node.on_message(1, ReadPong(1), 22)
+    assert ReadReady(7, node.last_committed) in node.take_effects()
+    node.read_barrier(8, 30)
+    node.take_effects()
+    node.start_election(31)  # leadership ends: the read cannot be confirmed
+    assert ReadFailed(8) in node.take_effects()
+
+
+def test_only_an_in_sync_follower_of_that_leader_answers_a_ping() -> None:
+    from zabd.protocol.messages import ReadPing, ReadPong
+
+    node = follower_with((), 0)
+    node.on_message(3, ReadPing(4), 5)  # not synced with 3 yet
+    assert node.take_effects() == []
+    node.on_message(3, Sync(2, DIFF, 0, ()), 6)
+    node.take_effects()
+    node.on_message(2, ReadPing(5), 7)  # not its leader
+    node.on_message(3, ReadPing(6), 8)
+    assert node.take_effects() == [Send(3, ReadPong(6))]

@@ -1,7 +1,9 @@
 """The peer port's frames: the core's messages and the driver's own.
 
 A body is a msgpack array ``[tag, *fields]``. Tags 0..8 are the core's
-messages (the index in ``MESSAGE_TYPES``), so a message maps 1:1 to a frame.
+canonical messages (the index in ``MESSAGE_TYPES``), 9 and 10 the read
+barrier's ``ReadPing``/``ReadPong`` (``EXTENDED_TYPES``), so a message maps
+1:1 to a frame.
 Tags from 64 up are the driver's frames, which the core never sees:
 
 | tag | frame | direction | fields |
@@ -26,7 +28,7 @@ from typing import Any, NamedTuple
 
 from zabd.codec.framing import FrameError, frame, is_node, is_u32, is_u64, pack_header, short
 from zabd.protocol.messages import (
-    MESSAGE_TYPES,
+    EXTENDED_TYPES,
     Ack,
     AckEpoch,
     AckLeader,
@@ -36,6 +38,8 @@ from zabd.protocol.messages import (
     NewEpoch,
     NewLeader,
     Propose,
+    ReadPing,
+    ReadPong,
     Txn,
     Vote,
 )
@@ -54,7 +58,7 @@ TAG_SYNC_REQ = 73
 TAG_SNAP_DATA = 74
 TAG_PING = 75
 
-TAG_OF: dict[type, int] = {cls: i for i, cls in enumerate(MESSAGE_TYPES)}
+TAG_OF: dict[type, int] = {cls: i for i, cls in enumerate(EXTENDED_TYPES)}
 SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
 
 # A KV write on the wire: (op, key, value, version), op in put/cas/delete.
@@ -233,17 +237,21 @@ def _core(tag: int, body: tuple[Any, ...]) -> Message | None:
             return NewLeader(body[1], decode_txns(body[2], "NewLeader"))
     elif tag == 5 and n == 2 and is_u32(body[1]):
         return AckLeader(body[1])
+    elif tag == 9 and n == 2 and is_u64(body[1]):
+        return ReadPing(body[1])
+    elif tag == 10 and n == 2 and is_u64(body[1]):
+        return ReadPong(body[1])
     return None
 
 
 def decode_message(body: Any) -> Message:
     """A validated core message from a decoded body (tags 0..8 only)."""
     tag = _tag(body)
-    if tag >= len(MESSAGE_TYPES):
+    if tag >= len(EXTENDED_TYPES):
         raise FrameError(f"unknown peer frame tag {short(tag)}")
     msg = _core(tag, body)
     if msg is None:
-        raise FrameError(f"malformed {MESSAGE_TYPES[tag].__name__} frame {short(body)}")
+        raise FrameError(f"malformed {EXTENDED_TYPES[tag].__name__} frame {short(body)}")
     return msg
 
 
@@ -347,10 +355,10 @@ _DRIVER: dict[int, tuple[str, Callable[[tuple[Any, ...]], DriverFrame | None]]] 
 def decode_frame(body: Any) -> PeerFrame:
     """A validated core message or driver frame; FrameError otherwise."""
     tag = _tag(body)
-    if tag < len(MESSAGE_TYPES):
+    if tag < len(EXTENDED_TYPES):
         msg = _core(tag, body)
         if msg is None:
-            raise FrameError(f"malformed {MESSAGE_TYPES[tag].__name__} frame {short(body)}")
+            raise FrameError(f"malformed {EXTENDED_TYPES[tag].__name__} frame {short(body)}")
         return msg
     entry = _DRIVER.get(tag)
     if entry is None:

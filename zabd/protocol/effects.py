@@ -71,6 +71,21 @@ class TruncateAppend(NamedTuple):
     txns: History
 
 
+class ReadReady(NamedTuple):
+    """The read barrier ``token`` holds: a quorum still followed this leader
+    after it began, so state applied up to ``zxid`` is current (a
+    linearizable ``sync``)."""
+
+    token: int
+    zxid: int
+
+
+class ReadFailed(NamedTuple):
+    """The read barrier ``token`` cannot complete: leadership ended."""
+
+    token: int
+
+
 class CommitTo(NamedTuple):
     """Everything in the history up to and including ``zxid`` is committed."""
 
@@ -86,7 +101,7 @@ class RoleChanged(NamedTuple):
 
 Effect = (
     Send | Broadcast | PersistEpochs | AppendTxn | ReplaceHistory | CommitTo | RoleChanged | SendSync
-    | InstallSnapshot | TruncateAppend
+    | InstallSnapshot | TruncateAppend | ReadReady | ReadFailed
 )
 
 PERSIST_EFFECTS: tuple[type[Effect], ...] = (PersistEpochs, AppendTxn, ReplaceHistory, InstallSnapshot, TruncateAppend)

@@ -89,9 +89,26 @@ class Sync(NamedTuple):
     txns: History
 
 
-Message = LookForLeader | Vote | NewEpoch | AckEpoch | NewLeader | AckLeader | Propose | Ack | Commit | SyncInfo | Sync
+class ReadPing(NamedTuple):
+    """Leader -> follower: do you still follow me? (a read barrier, server variant)"""
 
-# Stable wire tags: the index of each type in this tuple. Append only.
+    seq: int
+
+
+class ReadPong(NamedTuple):
+    """Follower -> leader: yes, as of your ping ``seq``."""
+
+    seq: int
+
+
+Message = (
+    LookForLeader | Vote | NewEpoch | AckEpoch | NewLeader | AckLeader | Propose | Ack | Commit | SyncInfo | Sync
+    | ReadPing | ReadPong
+)
+
+# Stable wire tags: the index of each type in this tuple. Append only. The
+# canonical spec has exactly these nine; the server's variant adds more
+# (EXTENDED_TYPES), and SyncInfo and Sync travel as driver frames.
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     LookForLeader,
     Vote,
@@ -103,3 +120,5 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     Ack,
     Commit,
 )
+
+EXTENDED_TYPES: tuple[type[Message], ...] = (*MESSAGE_TYPES, ReadPing, ReadPong)

@@ -34,6 +34,8 @@ from zabd.protocol.effects import (
     Effect,
     InstallSnapshot,
     PersistEpochs,
+    ReadFailed,
+    ReadReady,
     ReplaceHistory,
     RoleChanged,
     Send,
@@ -54,6 +56,8 @@ from zabd.protocol.messages import (
     NewEpoch,
     NewLeader,
     Propose,
+    ReadPing,
+    ReadPong,
     Sync,
     SyncInfo,
     Txn,
@@ -96,6 +100,8 @@ class Node:
         "log_start",
         "infos",
         "syncing",
+        "barriers",
+        "_read_seq",
         "_window",
         # volatile
         "role",
@@ -148,6 +154,9 @@ class Node:
         self.infos: dict[int, SyncInfo] = {}  # what each follower last said it holds
         # follower -> (tick sent, retried, last zxid sent): one sync in flight
         self.syncing: dict[int, tuple[int, bool, int]] = {}
+        # read barriers in flight: ping seq -> (token, zxid, followers that answered)
+        self.barriers: dict[int, tuple[int, int, set[int]]] = {}
+        self._read_seq = 0
         self._window = options.window if options.windowed else 0
         self.effects: list[Effect] = []
         self._transition_at = 0
@@ -186,6 +195,10 @@ class Node:
         self.needs_sync: set[int] = set()
         if self._window:
             self.syncing.clear()
+        if self.barriers:
+            for token, _, _ in self.barriers.values():
+                self.effects.append(ReadFailed(token))
+            self.barriers.clear()
 
     def restore(
         self,
@@ -655,6 +668,40 @@ class Node:
         self._try_commit(z)
         return z
 
+    def read_barrier(self, token: int, t: int) -> None:
+        """Begin a linearizable read (server variant, like Raft's ReadIndex):
+        ``ReadReady(token, zxid)`` follows once a quorum has answered a ping
+        sent after this call, so no newer leader can have committed anything
+        this one lacks; ``ReadFailed(token)`` if leadership ends first."""
+        if not (self.role == LEADING and self.synced):
+            raise NotLeader(f"node {self.id} is not a synced leader")
+        if self.quorum == 1:
+            self.effects.append(ReadReady(token, self.last_committed))
+            return
+        self._read_seq += 1
+        self.barriers[self._read_seq] = (token, self.last_committed, {self.id})
+        self._broadcast(ReadPing(self._read_seq))
+
+    def _on_read_ping(self, leader: int, m: ReadPing, t: int) -> None:
+        if self.role == FOLLOWING and self.leader == leader and self.in_sync:
+            self._send(leader, ReadPong(m.seq))
+
+    def _on_read_pong(self, f: int, m: ReadPong, t: int) -> None:
+        if self.role != LEADING or not self.barriers:
+            return
+        self.last_heard[f] = t
+        done = []
+        # pings are FIFO: an answer to ping k answers every earlier one too
+        for seq, (token, zxid, acks) in self.barriers.items():
+            if seq > m.seq:
+                break
+            acks.add(f)
+            if len(acks) >= self.quorum:
+                done.append(seq)
+                self.effects.append(ReadReady(token, zxid))
+        for seq in done:
+            del self.barriers[seq]
+
     def _try_commit(self, z: int) -> None:
         acks = self.ack_set.get(z)
         if z <= self.last_committed or acks is None or len(acks) < self.quorum:
@@ -832,6 +879,8 @@ _HANDLERS: dict[type, Callable[[Node, int, Any, int], None]] = {
     Commit: Node._on_commit,
     SyncInfo: Node._on_sync_info,
     Sync: Node._on_sync,
+    ReadPing: Node._on_read_ping,
+    ReadPong: Node._on_read_pong,
 }
 
 _NOTHING = SyncInfo(0, ())

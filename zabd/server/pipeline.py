@@ -32,6 +32,8 @@ from zabd.protocol.effects import (
     Effect,
     InstallSnapshot,
     PersistEpochs,
+    ReadFailed,
+    ReadReady,
     ReplaceHistory,
     RoleChanged,
     Send,
@@ -48,6 +50,10 @@ class Speaker(Protocol):
     def broadcast(self, msg: Message) -> None: ...
 
     def send_sync(self, plan: SendSync) -> None: ...
+
+    def read_ready(self, token: int, zxid: int) -> None: ...
+
+    def read_failed(self, token: int) -> None: ...
 
     def committed(self, zxid: int) -> None: ...
 
@@ -81,6 +87,8 @@ class EffectPipeline:
             Send: lambda e: speaker.send(e.dst, e.msg),
             Broadcast: lambda e: speaker.broadcast(e.msg),
             SendSync: speaker.send_sync,
+            ReadReady: lambda e: speaker.read_ready(e.token, e.zxid),
+            ReadFailed: lambda e: speaker.read_failed(e.token),
             CommitTo: lambda e: speaker.committed(e.zxid),
             RoleChanged: speaker.role_changed,
         }

@@ -96,6 +96,8 @@ class ProposalPath:
         self.forwarded: dict[int, LocalReply] = {}  # follower: sent to the leader, unanswered
         self.committed_elsewhere: deque[tuple[int, LocalReply]] = deque()  # committed at the leader, not here yet
         self._next_fid = 0
+        self.reads: dict[int, Reply] = {}  # read barrier token -> who waits for it (leader)
+        self._next_token = 0
         self._kv_epoch = -1
         self._kv_barrier = 0
         self.stopping = False
@@ -116,13 +118,37 @@ class ProposalPath:
             self._forward(reply, lambda fid: frame((wire.TAG_FORWARD, fid, write)))
 
     def sync(self, session: ClientSession, rid: int) -> None:
-        """Answer once this replica applied the leader's commit point as of now."""
+        """Answer once this replica applied the leader's commit point as of
+        now, confirmed by a read barrier: a deposed leader that does not know
+        it yet cannot answer, so ``sync`` then ``get`` is linearizable."""
         reply = LocalReply(session, session.open_slot(), rid, SYNC, monotonic())
-        node = self.node
-        if node.role == LEADING and node.synced:
-            self._succeed(reply, self.position.applied)
+        if self.node.role == LEADING:
+            self._barrier(reply)
         else:
             self._forward(reply, lambda fid: frame((wire.TAG_SYNC_REQ, fid)))
+
+    def _barrier(self, reply: Reply) -> None:
+        self._next_token += 1
+        try:
+            self.node.read_barrier(self._next_token, self.links.now())
+        except NotLeader:
+            self._fail(reply, schema.NO_LEADER, "the leader is not ready; retry")
+            return
+        self.reads[self._next_token] = reply
+
+    def read_ready(self, token: int, zxid: int) -> None:
+        reply = self.reads.pop(token, None)
+        if reply is None:
+            return
+        if isinstance(reply, LocalReply) and zxid > self.position.applied:
+            self.committed_elsewhere.append((zxid, reply))
+        else:
+            self._succeed(reply, zxid)
+
+    def read_failed(self, token: int) -> None:
+        reply = self.reads.pop(token, None)
+        if reply is not None:  # nothing was written: safe to ask again
+            self._fail(reply, schema.NO_LEADER, "leadership lost during the sync; retry")
 
     def on_forward(self, peer: int, fwd: wire.Forward) -> None:
         reply = PeerReply(peer, fwd.fid)
@@ -132,7 +158,11 @@ class ProposalPath:
             self._at_leader(fwd.write, reply)
 
     def on_sync_req(self, peer: int, req: wire.SyncReq) -> None:
-        self.links.send_frame(peer, frame((wire.TAG_FORWARD_OK, req.fid, self.position.applied)))
+        reply = PeerReply(peer, req.fid)
+        if self.node.role == LEADING:
+            self._barrier(reply)
+        else:
+            self._fail(reply, schema.NO_LEADER, "this node no longer leads; retry")
 
     def on_forward_ok(self, ok: wire.ForwardOk) -> None:
         reply = self.forwarded.pop(ok.fid, None)

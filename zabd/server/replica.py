@@ -32,7 +32,7 @@ from zabd import __version__
 from zabd.codec import peer as wire
 from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
-from zabd.protocol.messages import MESSAGE_TYPES, Message, SyncInfo
+from zabd.protocol.messages import EXTENDED_TYPES, Message, SyncInfo
 from zabd.protocol.node import FOLLOWING, ROLE_NAMES, Node
 from zabd.protocol.options import for_server
 from zabd.server.admin import AdminServer
@@ -102,11 +102,12 @@ class Replica:
             self.node, self.transport, self.sync, config.peer_ids, self.now, config.max_frame, self.log
         )
         self.send, self.broadcast, self.send_sync = self.outbound.send, self.outbound.broadcast, self.outbound.send_sync
+        self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed
         self.pipeline = EffectPipeline(
             storage, self, early_propose=config.leader_early_propose, install=self.sync.install
         )
         self._inline_flush = type(storage) is MemoryStorage
-        self._on_peer: dict[type, Callable[[int, Any], None]] = {cls: self._core_message for cls in MESSAGE_TYPES}
+        self._on_peer: dict[type, Callable[[int, Any], None]] = {cls: self._core_message for cls in EXTENDED_TYPES}
         self._on_peer |= {
             SyncArrived: self._sync_arrived,
             wire.SyncInfoFrame: lambda p, f: self._core_message(p, SyncInfo(f.base, f.epoch_ends)),
