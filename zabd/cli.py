@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": ("zabd.client.bench", "main", "load generator (optionally spawning a local cluster)"),
     "compose": ("zabd.server.compose", "main", "write docker-compose files for N nodes"),
     "pipeline": ("zabd.pipeline.cli", "main", "Spark sweeps of simulated scenarios and audits of real logs"),
+    "nemesis": ("zabd.nemesis.cli", "main", "Jepsen-style fault runs against real servers, checked"),
 }
 
 

@@ -46,6 +46,8 @@ class ZabdError(Exception):
         self.retryable = retryable
         self.leader = leader
         self.applied = applied
+        self.version = -1  # a failed condition (bad_version, no_node): the key's version the leader saw
+        self.zxid = 0  # ... and the zxid at which that failure was ordered
 
 
 class ConnectionLost(ZabdError):
@@ -171,13 +173,16 @@ def _check(body: dict[str, Any]) -> dict[str, Any]:
         raise ZabdError("bad_response", f"unexpected response {body!r:.80}")
     if not body.get("ok"):
         code = str(body.get("error", "error"))
-        raise ZabdError(
+        exc = ZabdError(
             code,
             str(body.get("message", "")),
             bool(body.get("retryable", False)),
             int(body.get("leader", 0) or 0),
             applied=False if code in NOT_APPLIED or not body.get("retryable") else None,
         )
+        exc.version = int(body.get("version", -1))
+        exc.zxid = int(body.get("zxid", 0))
+        raise exc
     return body
 
 
@@ -214,7 +219,11 @@ class Client:
         read_retry: float = DEFAULT_READ_RETRY,
     ) -> Client:
         client = cls(parse_servers(servers), timeout, max_frame, read_retry)
-        await client._reconnect()
+        try:
+            await client._reconnect()
+        except ConnectionLost as exc:
+            exc.applied = False  # nothing was sent
+            raise
         return client
 
     async def _reconnect(self) -> None:

@@ -1,0 +1,33 @@
+"""A short Jepsen-style run in the default suite: two nemeses against three
+real servers in network namespaces, checked for linearizability, lost
+appends and log agreement (longer runs: ``zabd nemesis``, and the soak set)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zabd.nemesis.netlab import available
+from zabd.nemesis.runner import RunConfig, run
+
+ok, why = available()
+pytestmark = pytest.mark.skipif(not ok, reason=why)
+
+
+@pytest.mark.parametrize("nemesis", ["kill-leader", "partition-halves"])
+async def test_a_short_nemesis_run_finds_nothing(tmp_path: Path, nemesis: str) -> None:
+    summary = await run(RunConfig(nemesis, nodes=3, seconds=24, interval=3, quiet=3, out=tmp_path), lambda _: None)
+    assert summary.faults >= 3
+    assert summary.register_ops["ok"] > 100 and summary.append_ops["ok"] > 100
+    assert summary.ok, summary
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("nodes", [3, 5])
+@pytest.mark.parametrize("nemesis", ["kill", "kill-leader", "pause", "partition-halves", "isolate-leader", "bridge",
+                                     "one-way", "slow-disk", "mixed"])
+async def test_every_nemesis_for_five_minutes(tmp_path: Path, nemesis: str, nodes: int) -> None:
+    summary = await run(RunConfig(nemesis, nodes=nodes, seconds=300, interval=5, quiet=10, out=tmp_path),
+                        lambda _: None)
+    assert summary.ok, summary
