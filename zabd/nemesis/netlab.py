@@ -214,6 +214,12 @@ class NetLab:
         self.cuts |= {(a, b), (b, a)}
         self._apply()
 
+    def cut_pairs(self, pairs: Iterable[tuple[int, int]]) -> None:
+        """Cut each pair of hosts, both ways, in one change."""
+        for a, b in pairs:
+            self.cuts |= {(a, b), (b, a)}
+        self._apply()
+
     def partition(self, groups: Iterable[Iterable[int]]) -> None:
         """Cut every pair of hosts in different groups (both ways)."""
         sets = [set(g) for g in groups]
