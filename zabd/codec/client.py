@@ -28,6 +28,8 @@ BAD_REQUEST = "bad_request"  # not retryable: the connection is closed after it
 UNSUPPORTED = "unsupported"  # not retryable: unknown version or request type
 OVERLOADED = "overloaded"  # retryable
 SHUTTING_DOWN = "shutting_down"  # retryable
+UNAUTHORIZED = "unauthorized"  # not retryable: a wrong or missing token; the connection is closed after it
+FORBIDDEN = "forbidden"  # not retryable: a read-only identity asked to write
 PURGED = "purged"  # not retryable: a read below what the log still holds (the message names the oldest zxid)
 RETRYABLE = frozenset({NO_LEADER, LEADER_LOST, OVERLOADED, SHUTTING_DOWN})
 # KV results decided by the leader (not retryable as they are: the condition failed)
@@ -45,6 +47,13 @@ class _Request(BaseModel):
 class ProposeRequest(_Request):
     type: Literal["propose"] = "propose"
     payload: bytes
+
+
+class AuthRequest(_Request):
+    """First on a connection to a server that asks for a token."""
+
+    type: Literal["auth"] = "auth"
+    token: str = Field(min_length=1, max_length=4096)
 
 
 class StatusRequest(_Request):
@@ -101,7 +110,9 @@ class SyncRequest(_Request):
 
 KVRequest = PutRequest | CasRequest | DeleteRequest | GetRequest | SyncRequest
 KV_REQUEST_TYPES = (PutRequest, CasRequest, DeleteRequest, GetRequest, SyncRequest)
-AnyRequest = ProposeRequest | StatusRequest | ReadRequest | WatchRequest | KVRequest
+AnyRequest = ProposeRequest | StatusRequest | ReadRequest | WatchRequest | KVRequest | AuthRequest
+# what a read-only identity may ask
+READ_ONLY_TYPES = (StatusRequest, ReadRequest, WatchRequest, GetRequest, SyncRequest, AuthRequest)
 Request = Annotated[AnyRequest, Field(discriminator="type")]
 REQUEST_ADAPTER: TypeAdapter[AnyRequest] = TypeAdapter(Request)
 

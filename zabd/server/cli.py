@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import ssl
 import sys
 from typing import Any, NoReturn
 
+from zabd.server.auth import TokenFileError
 from zabd.server.config import ConfigError, ServerConfig, load_config
 from zabd.storage.txnlog import StorageError
 
@@ -30,6 +32,15 @@ async def _run(config: ServerConfig) -> int:
         print(f"zabd serve: cannot recover {config.data_dir!r}: {exc}", file=sys.stderr)
         storage.close()
         return 1
+    except TokenFileError as exc:
+        print(f"zabd serve: config error: auth_tokens_file: {exc}", file=sys.stderr)
+        storage.close()
+        return 2
+    except ssl.SSLError as exc:
+        print(f"zabd serve: config error: tls_cert/tls_key/tls_ca: not a usable certificate, key or CA ({exc})",
+              file=sys.stderr)
+        storage.close()
+        return 2
     try:
         await replica.start()
     except OSError as exc:

@@ -19,6 +19,7 @@ from zabd.codec.framing import frame
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.server.applier import Applier, Watches
+from zabd.server.auth import RO, RW, Authenticator
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
 from zabd.storage.base import PurgedError
@@ -33,7 +34,9 @@ class ClientService:
         machine: StateMachine,
         status: Callable[[], dict[str, Any]],
         log: Any,
+        auth: Authenticator | None = None,
     ) -> None:
+        self.auth = auth or Authenticator(None)
         self.proposals = proposals
         self.applier = applier
         self.watches = watches
@@ -50,6 +53,7 @@ class ClientService:
             schema.ReadRequest: self._read,
             schema.GetRequest: self._get,
             schema.WatchRequest: self._watch,
+            schema.AuthRequest: self._authenticate,
         }
 
     def handle(self, session: ClientSession, bodies: list[Any], addr: str) -> bool:
@@ -60,7 +64,7 @@ class ClientService:
         for body in bodies:
             if session.closed:
                 return True
-            got = fast(body)
+            got = fast(body) if session.role == RW else None
             if got is not None and not session.watching:
                 submit(session, got[0], got[1])
                 continue
@@ -74,11 +78,29 @@ class ClientService:
                 self.log.error("bad client request; closing the connection", addr=addr, error=text)
                 session.answer(schema.error_frame(rid if isinstance(rid, int) else 0, schema.BAD_REQUEST, text))
                 return False
+            if session.role is None and not isinstance(req, schema.AuthRequest):
+                self.log.warning("unauthenticated client request refused; closing the connection", addr=addr)
+                session.answer(schema.error_frame(req.id, schema.UNAUTHORIZED, "authenticate first (a token)"))
+                return False
+            if session.role == RO and not isinstance(req, schema.READ_ONLY_TYPES):
+                session.answer(schema.error_frame(req.id, schema.FORBIDDEN, "this token may only read"))
+                continue
             if session.watching:
                 session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, "this connection is a watch stream"))
                 continue
             self._routes[type(req)](session, req)
+            if session.role is None:  # a failed authentication
+                self.log.warning("client authentication failed; closing the connection", addr=addr)
+                return False
         return True
+
+    def _authenticate(self, session: ClientSession, req: schema.AuthRequest) -> None:
+        role = self.auth.role_of(req.token) if self.auth.required else RW
+        session.role = role
+        if role is None:
+            session.answer(schema.error_frame(req.id, schema.UNAUTHORIZED, "unknown token"))
+        else:
+            session.answer(frame({"v": 1, "id": req.id, "ok": True, "role": role}))
 
     def _status(self, session: ClientSession, req: schema.StatusRequest) -> None:
         session.open_slot(lambda: frame({"v": 1, "id": req.id, "ok": True, "status": self.status()}))

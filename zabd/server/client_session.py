@@ -36,6 +36,7 @@ class ClientSession:
         self.reading_paused = False
         self.watch_id: int | None = None
         self.watch_next = 0  # first zxid the watcher has not been sent
+        self.role: str | None = "rw"  # None until a client proves who it is (zabd.server.auth)
         # told when output appears, so that a transport writes only the
         # connections that have something to say
         self.on_output: Callable[[], None] | None = None

@@ -91,6 +91,21 @@ class ServerConfig(BaseModel):
     peer_connect_timeout_ms: int = Field(default=500, ge=10, le=60_000)
     # host:port of the admin HTTP port (/health, /status, /metrics); empty: off
     admin: str = ""
+    # TLS (off by default): PEM files of the cluster's CA, this node's
+    # certificate (its subjectAltName must hold zabd-node-<id>) and key.
+    # tls_peer: mutual TLS between nodes, each side checking the other's id;
+    # tls_client: TLS on the client port, asking clients for a certificate as
+    # tls_client_certs says (a verified one is a read-write identity).
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_peer: bool = False
+    tls_client: bool = False
+    tls_client_certs: Literal["none", "optional", "required"] = "none"
+    # a file of client tokens, one "TOKEN rw" or "TOKEN ro" a line: when set,
+    # a client must authenticate (a token, or a verified client certificate)
+    # before anything is served; ro tokens may only read
+    auth_tokens_file: str = ""
     # a storage flush slower than this is logged as a warning (and counted in /metrics)
     slow_fsync_ms: int = Field(default=1000, ge=1, le=600_000)
     log_format: Literal["json", "console"] = "json"
@@ -146,6 +161,23 @@ class ServerConfig(BaseModel):
         if value:
             parse_hostport(value)
         return value
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> ServerConfig:
+        if self.tls_peer or self.tls_client:
+            for name in ("tls_ca", "tls_cert", "tls_key"):
+                path = getattr(self, name)
+                if not path:
+                    raise ValueError(
+                        f"field {name!r} is missing; tls_peer/tls_client need a CA, a certificate and a key"
+                    )
+                if not os.access(path, os.R_OK):
+                    raise ValueError(f"field {name!r} = {path!r}: cannot read the file")
+        if self.tls_client_certs != "none" and not self.tls_client:
+            raise ValueError(f"field 'tls_client_certs' = {self.tls_client_certs!r}: needs tls_client = true")
+        if self.auth_tokens_file and not os.access(self.auth_tokens_file, os.R_OK):
+            raise ValueError(f"field 'auth_tokens_file' = {self.auth_tokens_file!r}: cannot read the file")
+        return self
 
     @model_validator(mode="after")
     def _cross_checks(self) -> ServerConfig:

@@ -55,6 +55,8 @@ class PeerSession:
         self._parts_epoch = -1
         self._sync: tuple[wire.SyncPlanFrame, bytearray | None, list[Txn]] | None = None
         self.on_output: Callable[[], None] | None = None  # told when output appears
+        # with TLS: why the verified certificate may not speak for a node (None: it may)
+        self.identity: Callable[[int], str | None] | None = None
         if self.dialed:
             self.out.append(frame((wire.TAG_HELLO, wire.WIRE_VERSION, own_id)))
 
@@ -89,6 +91,9 @@ class PeerSession:
             raise FrameError(f"peer speaks wire version {got.version}; this node speaks {wire.WIRE_VERSION}")
         if got.node not in self.members or got.node >= self.own_id:
             raise FrameError(f"Hello from node {got.node}: not a lower-id member of this ensemble")
+        problem = self.identity(got.node) if self.identity is not None else None
+        if problem is not None:
+            raise FrameError(f"Hello from node {got.node} refused: {problem}")
         self.peer = got.node
         return HandshakeDone(got.node)
 

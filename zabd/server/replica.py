@@ -23,7 +23,6 @@ what waited on them.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +36,7 @@ from zabd.protocol.node import FOLLOWING, ROLE_NAMES, Node
 from zabd.protocol.options import for_server
 from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
+from zabd.server.auth import Authenticator, load_tokens
 from zabd.server.client_service import ClientService
 from zabd.server.config import ServerConfig
 from zabd.server.metrics import Counters, ReplicaCollector, registry
@@ -47,7 +47,7 @@ from zabd.server.proposals import ProposalPath
 from zabd.server.recovery import recover
 from zabd.server.roles import RoleTracker
 from zabd.server.snapshots import Snapshotter
-from zabd.server.status import GcTimer, StatusReport
+from zabd.server.status import GcTimer, StatusReport, freeze_survivors
 from zabd.server.sync import SyncService
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zlog import get_logger, set_context
@@ -82,7 +82,8 @@ class Replica:
         self.applier = Applier(
             self.node, storage, self.machine, self.recovered.applied, config.max_frame, self.snapshotter
         )
-        self.transport = Transport(config, self, self.log)
+        self.auth = Authenticator(load_tokens(config.auth_tokens_file) if config.auth_tokens_file else None)
+        self.transport = Transport(config, self, self.log, auth_required=self.auth.required)
         self.counters = Counters()
         self.proposals = ProposalPath(
             self.node, self.machine, self, self.applier, config.max_inflight, self.counters.requests
@@ -97,7 +98,9 @@ class Replica:
             self.gc_timer, self.proposals, self.watches, self.roles,
         )
         self.admin = AdminServer(self.status, registry(self._collector()), self.log)
-        self.clients = ClientService(self.proposals, self.applier, self.watches, self.machine, self.status, self.log)
+        self.clients = ClientService(
+            self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth
+        )
         self.outbound = Outbound(
             self.node, self.transport, self.sync, config.peer_ids, self.now, config.max_frame, self.log
         )
@@ -164,23 +167,12 @@ class Replica:
             await self.admin.start(*self.config.admin_addr)
         self._tasks.append(asyncio.create_task(self._flusher(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._start_ticking(), name="grace"))
-        self._tasks.append(asyncio.create_task(self._gc_freezer(), name="gc"))
+        self._tasks.append(asyncio.create_task(freeze_survivors(), name="gc"))
         host, port = self.config.peer_addr(self.id)
         chost, cport = self.config.client_addr
         self.log.info("server started", peer_port=f"{host}:{port}", client_port=f"{chost}:{cport}",
                       admin_port=self.config.admin or None, peers=self.config.peers, storage=self.config.storage,
                       tick_ms=self.config.tick_ms, version=__version__)
-
-    async def _gc_freezer(self) -> None:
-        # The history is a long list of Txn NamedTuples, which the cyclic GC
-        # never untracks (only exact tuples are), so every full collection
-        # walked all of it: over half of a follower's CPU at 12k commits/s.
-        # Collect the young generations, then move the survivors to the
-        # permanent generation, where collections no longer visit them.
-        while True:
-            await asyncio.sleep(0.25)
-            gc.collect(1)
-            gc.freeze()
 
     async def _start_ticking(self) -> None:
         # Give the links a moment to come up: an election started before any

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from typing import Any
@@ -36,6 +37,19 @@ class GcTimer:
     def close(self) -> None:
         if self in gc.callbacks:
             gc.callbacks.remove(self)
+
+
+async def freeze_survivors() -> None:
+    """The history is a long list of Txn NamedTuples, which the cyclic GC
+    never untracks (only exact tuples are), so every full collection walked
+    all of it: over half of a follower's CPU at 12k commits/s. Collect the
+    young generations, then move the survivors to the permanent generation,
+    where collections no longer visit them (reference counting still frees
+    them when the window lets them go)."""
+    while True:
+        await asyncio.sleep(0.25)
+        gc.collect(1)
+        gc.freeze()
 
 
 class StatusReport:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import socket
+import ssl
 import time
 from typing import Any, Protocol, cast
 
@@ -22,6 +23,7 @@ from zabd.codec.framing import FrameError
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig
 from zabd.server.peer_session import HandshakeDone, PeerEvent, PeerSession
+from zabd.tls import client_context, identity_problem, node_name, server_context
 
 BACKOFF_MIN = 0.02
 # Redials of a peer that is down are cheap (refused at once, or abandoned at
@@ -105,6 +107,11 @@ class PeerLink(_Link):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        if self.net.peer_tls is not None:
+            # the dialer's side was checked by TLS itself (server_hostname);
+            # an accepted link's Hello must name the node its certificate names
+            peercert = transport.get_extra_info("peercert")
+            self.session.identity = lambda node: identity_problem(peercert, node)
         if self.session.dialed:
             self.net.mark(self)  # the Hello queued when the session was made
             self.net.attach(self)
@@ -145,6 +152,9 @@ class ClientLink(_Link):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.net.clients.add(self)
+        # a verified client certificate is an identity; else a token is needed, if the server asks for one
+        has_cert = bool(transport.get_extra_info("peercert"))
+        self.session.role = "rw" if has_cert or not self.net.auth_required else None
 
     def take_output(self, now: float) -> list[bytes]:
         return self.session.take_output()
@@ -196,10 +206,21 @@ class ClientLink(_Link):
 
 
 class Transport:
-    def __init__(self, config: ServerConfig, handler: Handler, log: Any) -> None:
+    def __init__(self, config: ServerConfig, handler: Handler, log: Any, auth_required: bool = False) -> None:
         self.config = config
         self.handler = handler
         self.log = log
+        self.auth_required = auth_required
+        self.peer_tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (accept, dial)
+        self.client_tls: ssl.SSLContext | None = None
+        if config.tls_peer:
+            self.peer_tls = (
+                server_context(config.tls_ca, config.tls_cert, config.tls_key, "required"),
+                client_context(config.tls_ca, config.tls_cert, config.tls_key),
+            )
+        if config.tls_client:
+            self.client_tls = server_context(config.tls_ca, config.tls_cert, config.tls_key, config.tls_client_certs)
+        self._dial_errors: dict[int, str] = {}
         self.peers: dict[int, PeerLink] = {}
         self.clients: set[ClientLink] = set()
         self.dirty: list[_Link] = []
@@ -212,9 +233,14 @@ class Transport:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         host, port = self.config.peer_addr(self.config.id)
-        self.servers.append(await loop.create_server(lambda: PeerLink(self, None), host, port, reuse_address=True))
+        peer_ssl = self.peer_tls[0] if self.peer_tls is not None else None
+        self.servers.append(
+            await loop.create_server(lambda: PeerLink(self, None), host, port, reuse_address=True, ssl=peer_ssl)
+        )
         chost, cport = self.config.client_addr
-        self.servers.append(await loop.create_server(lambda: ClientLink(self), chost, cport, reuse_address=True))
+        self.servers.append(
+            await loop.create_server(lambda: ClientLink(self), chost, cport, reuse_address=True, ssl=self.client_tls)
+        )
         for peer in self.config.peer_ids:
             if peer > self.config.id:
                 self.tasks.append(asyncio.create_task(self._dial(peer), name=f"dial-{peer}"))
@@ -224,11 +250,22 @@ class Transport:
         host, port = self.config.peer_addr(peer)
         timeout = self.config.peer_connect_timeout_ms / 1000.0
         backoff = BACKOFF_MIN
+        tls: dict[str, Any] = {}
+        if self.peer_tls is not None:
+            # TLS checks the certificate names the node we dial
+            tls = {"ssl": self.peer_tls[1], "server_hostname": node_name(peer)}
         while not self.stopping:
             link = PeerLink(self, peer)
             try:
-                await asyncio.wait_for(loop.create_connection(functools.partial(_same, link), host, port), timeout)
-            except (OSError, TimeoutError):
+                await asyncio.wait_for(
+                    loop.create_connection(functools.partial(_same, link), host, port, **tls), timeout
+                )
+            except (OSError, TimeoutError) as exc:
+                if isinstance(exc, ssl.SSLError) and self._dial_errors.get(peer) != str(exc):
+                    # one line per new reason, not one per retry
+                    self._dial_errors[peer] = str(exc)
+                    self.log.error("peer refused: TLS handshake failed", peer=peer, addr=f"{host}:{port}",
+                                   error=str(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
