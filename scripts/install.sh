@@ -3,10 +3,15 @@
 # for Spark when none is present. Idempotent: quick when all is in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v java >/dev/null 2>&1; then
-    echo "install: no java found; installing a headless JRE for Spark (apt-get)" >&2
+# Spark needs Java; the nemesis and the partition tests need iptables
+# (real packet drops between network namespaces).
+need=()
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "install: apt-get install ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
     $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q openjdk-17-jre-headless
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test,pipeline]'
