@@ -131,6 +131,10 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not 1 <= args.nodes <= 255:
         p.error(f"--nodes {args.nodes}: expected 1..255")
+    if args.clients < 0:
+        p.error(f"--clients {args.clients}: expected 0 or more")
+    if args.days < 1:
+        p.error(f"--days {args.days}: expected 1 or more")
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
     if hosts and len(hosts) != args.nodes:
         p.error(f"--hosts: {len(hosts)} hosts for {args.nodes} nodes; expected one per node")

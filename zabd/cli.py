@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "kv": ("zabd.client.kv_cli", "main", "key-value calls: put, get [--sync], cas, delete, sync"),
     "log": ("zabd.client.cli", "log_main", "read committed transactions; 'log dump|verify DIR' inspects a data dir"),
     "bench": ("zabd.client.bench", "main", "load generator (optionally spawning a local cluster)"),
+    "certs": ("zabd.certs", "main", "write a CA and one TLS certificate per node (and client certificates)"),
     "compose": ("zabd.server.compose", "main", "write docker-compose files for N nodes"),
     "pipeline": ("zabd.pipeline.cli", "main", "Spark sweeps of simulated scenarios and audits of real logs"),
     "nemesis": ("zabd.nemesis.cli", "main", "Jepsen-style fault runs against real servers, checked"),
