@@ -4,6 +4,7 @@ deploy/docker-compose.{5,7}.yml. Same as `zabd compose --nodes N -o FILE`."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,5 +21,7 @@ if __name__ == "__main__":
         (5, root / "deploy/docker-compose.5.yml"),
         (7, root / "deploy/docker-compose.7.yml"),
     ):
-        main(["--nodes", str(n), "-o", str(path)])
+        # the build context is the repository root, as seen from the file's folder
+        context = os.path.relpath(root, path.parent)
+        main(["--nodes", str(n), "-o", str(path), "--build-context", context])
         print(f"wrote {path}")

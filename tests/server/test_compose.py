@@ -3,6 +3,7 @@ and the services agree with each other (ids, peer lists, ports, volumes)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,18 @@ FILES = {
 }
 
 
+def _context(n: int) -> str:
+    # the build context is the repository root, as seen from the file's folder
+    return os.path.relpath(ROOT, FILES[n].parent)
+
+
 def _load(n: int) -> dict[str, Any]:
     text = FILES[n].read_text()
-    assert text == render(n), f"{FILES[n]} is stale: run python3 deploy/compose.py"
+    assert text == render(n, context=_context(n)), f"{FILES[n]} is stale: run python3 deploy/compose.py"
     try:
         import yaml
     except ImportError:  # the generator's data is what the file was rendered from
-        return services(n)
+        return services(n, context=_context(n))
     doc: dict[str, Any] = yaml.safe_load(text)
     return doc
 
@@ -54,8 +60,17 @@ def test_compose_services_match_the_config_model(n: int) -> None:
     for node_id, addr in configs["zabd1"].peers.items():
         host, port = addr.rsplit(":", 1)
         assert host in svcs and int(port) == PEER_PORT and svcs[host]["environment"]["ZABD_ID"] == str(node_id)
-    published = [p.split(":")[0] for svc in svcs.values() for p in svc["ports"]]
-    assert len(set(published)) == len(published) == n
+    # client ports on the host's loopback only, one per node
+    published = [p.rsplit(":", 2) for svc in svcs.values() for p in svc["ports"]]
+    assert all(addr == "127.0.0.1" for addr, _, _ in published)
+    assert len({port for _, port, _ in published}) == len(published) == n
+    assert "name" not in doc, "Compose v1 rejects a top-level name: key (use -p NAME)"
+    for svc in svcs.values():
+        # the log is on disk in the volume, so it survives down + up
+        assert svc["environment"]["ZABD_STORAGE"] == "disk"
+        assert (Path(FILES[n].parent) / svc["build"] / "Dockerfile").is_file()
+        admin = load_config(None, svc["environment"]).admin_addr
+        assert admin is not None and f"{admin[1]}/health" in svc["healthcheck"]["test"][-1]
     volumes = [svc["volumes"][0].split(":")[0] for svc in svcs.values()]
     assert len(set(volumes)) == n
 
@@ -69,5 +84,20 @@ def test_compose_command_writes_n_nodes(tmp_path: Path) -> None:
     from zabd.cli import main
 
     out = tmp_path / "c.yml"
-    assert main(["compose", "--nodes", "5", "-o", str(out)]) == 0
+    assert main(["compose", "--nodes", "5", "-o", str(out), "--build-context", "."]) == 0
     assert out.read_text() == render(5)
+
+
+def test_compose_default_build_context_is_the_current_directory(tmp_path: Path, monkeypatch: Any) -> None:
+    from zabd.cli import main
+
+    (tmp_path / "deploy").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["compose", "--nodes", "3", "-o", "deploy/c.yml"]) == 0
+    assert (tmp_path / "deploy/c.yml").read_text() == render(3, context="..")
+
+
+def test_health_probe_is_valid_python() -> None:
+    from zabd.server.compose import HEALTH_PROBE
+
+    compile(HEALTH_PROBE, "<healthcheck>", "exec")
