@@ -15,7 +15,11 @@ left behind by a process that died is cleaned up by the next one.
 Naming: every namespace and interface name is ``z<PID>_<N>`` and a suffix,
 with the creating PID and a per-process counter, so leftovers can be traced to
 their (dead) creator. Addresses: ``10.213.X.i/24`` for host ``i`` and
-``10.213.X.254`` for the root namespace, X chosen per lab.
+``10.213.X.254`` for the root namespace, X chosen per lab. The root
+namespace also gets a blackhole route for all of 10.213.0.0/16 (left in
+place): a packet for a lab that is already gone (a client still retrying
+after the teardown) is dropped here instead of following the default route
+off the machine. The hosts' namespaces have no default route at all.
 
 On machines where Docker runs, the root namespace's iptables FORWARD policy
 is DROP with ``bridge-nf-call-iptables`` on, so bridged traffic between the
@@ -37,6 +41,7 @@ from typing import IO, Any
 
 PREFIX = "z"
 CHAIN = "ZABDLAB"
+LAB_RANGE = "10.213.0.0/16"  # every lab's addresses; see the module doc for the blackhole route
 _counter = itertools.count(1)
 _NAME = re.compile(rf"{PREFIX}(\d+)_(\d+)")
 
@@ -134,6 +139,7 @@ class NetLab:
         return f"10.213.{self.subnet}.{host}"
 
     def _build(self) -> None:
+        _run(["ip", "route", "replace", "blackhole", LAB_RANGE])
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
         _run(["ip", "addr", "add", f"{self.root_addr}/24", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
