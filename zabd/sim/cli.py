@@ -32,6 +32,34 @@ class UsageError(Exception):
     pass
 
 
+class HelpRequested(Exception):
+    """``--help`` or ``-h`` where an option name goes: beyond the spec, where
+    both were usage errors (an unknown option, an unexpected argument)."""
+
+
+HELP = """usage: zabd sim --seed S --nodes N --rounds R --proposals K [--partition s,d,...] [--faults SPEC]
+                [--dump FILE] [--check] [--random-faults COUNT] [--variant canonical|server]
+
+Run the deterministic simulator (spec ../shared/spec/canonical-sim.md) and print the
+SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
+
+  --seed S              u64 seed of every random choice
+  --nodes N             cluster size, 1..255
+  --rounds R            ticks to simulate
+  --proposals K         client proposals to submit
+  --partition s,d,...   directed pairs s>d whose messages are dropped for the whole run
+  --faults SPEC         comma-separated crash:N@T, restart:N@T, cut:S>D@T1-T2 (one way),
+                        cut:S-D@T1-T2 (both ways); a shell needs the > form quoted
+                        ('cut:1>2@5-9'), or write it cut:1to2@5-9 (the same cut)
+  --dump FILE           write the canonical dump to FILE
+  --check               run the safety checker after every handler; exit 1 on a violation
+  --random-faults COUNT draw a fault schedule from the seed (printed on stderr as faults: SPEC)
+  --variant NAME        canonical (default) or server (the server's variant; not the spec's digests)
+
+Options are --name value (not --name=value); numbers are plain decimals.
+Usage errors: one line on stderr, nothing on stdout, exit 2."""
+
+
 @dataclass(frozen=True, slots=True)
 class SimArgs:
     seed: int
@@ -78,6 +106,8 @@ def parse_args(argv: list[str]) -> SimArgs:
     i = 0
     while i < len(argv):
         token = argv[i]
+        if token in ("--help", "-h"):
+            raise HelpRequested
         if not token.startswith("--"):
             raise UsageError(f"unexpected argument {token!r}; options are --name value")
         name = token[2:]
@@ -127,6 +157,9 @@ def parse_args(argv: list[str]) -> SimArgs:
 def main(argv: list[str]) -> int:
     try:
         args = parse_args(argv)
+    except HelpRequested:
+        print(HELP)
+        return 0
     except UsageError as exc:
         print(f"zabd sim: {exc}", file=sys.stderr)
         return 2

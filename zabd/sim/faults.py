@@ -49,7 +49,9 @@ FaultEvent = Crash | Restart | Cut
 
 _DEC = r"([0-9]+)"
 _NODE_EVENT = re.compile(rf"(crash|restart):{_DEC}@{_DEC}")
-_CUT_EVENT = re.compile(rf"cut:{_DEC}([>-]){_DEC}@{_DEC}-{_DEC}")
+# ``to`` is ``>`` spelled so that no shell needs quotes around it (beyond the
+# spec; it parses to the same Cut, so digests do not change)
+_CUT_EVENT = re.compile(rf"cut:{_DEC}(>|-|to){_DEC}@{_DEC}-{_DEC}")
 
 
 def _number(text: str, what: str, limit: int) -> int:
@@ -90,7 +92,9 @@ def parse_faults(spec: str, nodes: int) -> list[FaultEvent]:
                 raise FaultSpecError(f"cut {item!r} needs T1 < T2")
             events.append(Cut(src, dst, start, end, m.group(2) == "-"))
             continue
-        raise FaultSpecError(f"fault event {item!r} is not crash:N@T, restart:N@T, cut:S>D@T1-T2 or cut:S-D@T1-T2")
+        raise FaultSpecError(
+            f"fault event {item!r} is not crash:N@T, restart:N@T, cut:S>D@T1-T2 (or cut:StoD@T1-T2) or cut:S-D@T1-T2"
+        )
     check_up_down(events, nodes)
     return events
 
