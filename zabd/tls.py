@@ -58,3 +58,50 @@ def identity_problem(peercert: dict[str, Any] | None, node: int) -> str | None:
     if node_name(node) not in names:
         return f"its certificate names {sorted(names) or 'nothing'}, not {node_name(node)}"
     return None
+
+
+# what a peer that is not speaking TLS at all makes OpenSSL say
+_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST", "UNKNOWN_PROTOCOL",
+                      "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"})
+
+
+def describe_error(exc: BaseException, timeout: float | None = None) -> str:
+    """One short line for a failed TLS handshake (for logs and CLI errors)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or ""
+        if reason in _NOT_TLS:
+            return f"not a TLS handshake (plaintext on a TLS port?): {reason}"
+        return reason.lower().replace("_", " ") if reason else (str(exc) or type(exc).__name__)
+    if isinstance(exc, TimeoutError):
+        return f"no TLS handshake within {timeout:g} s" if timeout else "TLS handshake timed out"
+    return f"connection lost during the TLS handshake ({exc or type(exc).__name__})"
+
+
+def client_tls(ca: str | None, cert: str | None = None, key: str | None = None) -> ssl.SSLContext | None:
+    """The context for a client's ``--ca/--cert/--key`` (None: plaintext).
+    Without ``ca`` the system's trusted CAs are used. Raises ValueError with
+    one line naming the option and the file."""
+    if not (ca or cert or key):
+        return None
+    if key and not cert:
+        raise ValueError(f"--key {key!r}: needs --cert (the certificate the key belongs to)")
+    for flag, path in (("--ca", ca), ("--cert", cert), ("--key", key)):
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise ValueError(f"{flag} {path!r}: cannot read the file ({exc.strerror or exc})") from None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        if ca:
+            ctx.load_verify_locations(cafile=ca)
+        if cert:
+            ctx.load_cert_chain(cert, key or None)
+    except ssl.SSLError as exc:
+        problem = describe_error(exc)
+        raise ValueError(f"--ca/--cert/--key: not a usable PEM CA, certificate or key ({problem})") from None
+    return ctx

@@ -17,6 +17,10 @@ from zabd.codec.framing import FrameError, FrameReader, frame, short
 from zabd.protocol.messages import Message, NewLeader, Txn
 
 
+class IdentityRefused(FrameError):
+    """With TLS: a Hello naming a node the link's certificate does not name."""
+
+
 class HandshakeDone(NamedTuple):
     """The link now speaks for ``peer``."""
 
@@ -93,7 +97,7 @@ class PeerSession:
             raise FrameError(f"Hello from node {got.node}: not a lower-id member of this ensemble")
         problem = self.identity(got.node) if self.identity is not None else None
         if problem is not None:
-            raise FrameError(f"Hello from node {got.node} refused: {problem}")
+            raise IdentityRefused(f"Hello claims node {got.node}, but {problem}")
         self.peer = got.node
         return HandshakeDone(got.node)
 

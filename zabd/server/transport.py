@@ -17,13 +17,15 @@ import functools
 import socket
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from zabd.codec.framing import FrameError
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig
-from zabd.server.peer_session import HandshakeDone, PeerEvent, PeerSession
-from zabd.tls import client_context, identity_problem, node_name, server_context
+from zabd.server.peer_session import HandshakeDone, IdentityRefused, PeerEvent, PeerSession
+from zabd.server.tls_gate import Refusals, TlsListener
+from zabd.tls import client_context, describe_error, identity_problem, node_name, server_context
 
 BACKOFF_MIN = 0.02
 # Redials of a peer that is down are cheap (refused at once, or abandoned at
@@ -122,6 +124,10 @@ class PeerLink(_Link):
     def data_received(self, data: bytes) -> None:
         try:
             events = self.session.feed(data, time.monotonic())
+        except IdentityRefused as exc:
+            self.net.refusals.refused("peer connection refused: wrong identity", self.addr, str(exc))
+            self.abort()
+            return
         except FrameError as exc:
             self.net.log.error("peer frame rejected; closing the link", peer=self.session.peer, addr=self.addr,
                                error=str(exc))
@@ -224,8 +230,9 @@ class Transport:
         self.peers: dict[int, PeerLink] = {}
         self.clients: set[ClientLink] = set()
         self.dirty: list[_Link] = []
-        self.servers: list[asyncio.AbstractServer] = []
+        self.servers: list[asyncio.AbstractServer | TlsListener] = []
         self.tasks: list[asyncio.Task[None]] = []
+        self.refusals = Refusals(log)
         self.stopping = False
         self._ping_s = config.peer_ping_ms / 1000.0
         self._silence_s = config.peer_silence_ms / 1000.0
@@ -233,14 +240,18 @@ class Transport:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         host, port = self.config.peer_addr(self.config.id)
-        peer_ssl = self.peer_tls[0] if self.peer_tls is not None else None
-        self.servers.append(
-            await loop.create_server(lambda: PeerLink(self, None), host, port, reuse_address=True, ssl=peer_ssl)
-        )
         chost, cport = self.config.client_addr
-        self.servers.append(
-            await loop.create_server(lambda: ClientLink(self), chost, cport, reuse_address=True, ssl=self.client_tls)
-        )
+        ports: list[tuple[Callable[[], asyncio.Protocol], str, int, ssl.SSLContext | None, str]] = [
+            (lambda: PeerLink(self, None), host, port, self.peer_tls[0] if self.peer_tls else None, "peer"),
+            (lambda: ClientLink(self), chost, cport, self.client_tls, "client"),
+        ]
+        for factory, h, p, ctx, kind in ports:
+            if ctx is None:
+                self.servers.append(await loop.create_server(factory, h, p, reuse_address=True))
+            else:
+                listener = TlsListener(ctx, factory, kind, self.refusals)
+                self.servers.append(listener)
+                await listener.start(h, p)
         for peer in self.config.peer_ids:
             if peer > self.config.id:
                 self.tasks.append(asyncio.create_task(self._dial(peer), name=f"dial-{peer}"))
@@ -261,11 +272,11 @@ class Transport:
                     loop.create_connection(functools.partial(_same, link), host, port, **tls), timeout
                 )
             except (OSError, TimeoutError) as exc:
-                if isinstance(exc, ssl.SSLError) and self._dial_errors.get(peer) != str(exc):
+                if isinstance(exc, ssl.SSLError) and self._dial_errors.get(peer) != describe_error(exc):
                     # one line per new reason, not one per retry
-                    self._dial_errors[peer] = str(exc)
+                    self._dial_errors[peer] = describe_error(exc)
                     self.log.error("peer refused: TLS handshake failed", peer=peer, addr=f"{host}:{port}",
-                                   error=str(exc))
+                                   reason=describe_error(exc))
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
@@ -352,7 +363,7 @@ class Transport:
         self.stopping = True
         for srv in self.servers:
             srv.close()
-        for task in self.tasks:
+        for task in [*self.tasks, *self.refusals.pending]:
             task.cancel()
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
