@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -37,7 +38,24 @@ def _parser(prog: str, desc: str) -> _Parser:
         "--retry-reads", type=float, default=10.0, help="seconds to retry calls that change nothing (default 10)"
     )
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    security_options(p)
     return p
+
+
+def security_options(p: argparse.ArgumentParser) -> None:
+    """``--ca --cert --key --token`` (zabd status/propose/log/kv/bench)."""
+    g = p.add_argument_group("TLS and authentication")
+    g.add_argument("--ca", help="CA bundle (PEM) to verify the servers with; turns TLS on")
+    g.add_argument("--cert", help="client certificate (PEM), for servers that ask for one; turns TLS on")
+    g.add_argument("--key", help="the client certificate's key (PEM)")
+    g.add_argument("--token", default=os.environ.get("ZABD_TOKEN"), help="auth token (default: $ZABD_TOKEN)")
+
+
+def connect_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``Client.connect`` keywords from the options above (ValueError: a bad file)."""
+    from zabd.tls import client_tls
+
+    return {"tls": client_tls(args.ca, args.cert, args.key), "token": args.token or None}
 
 
 def _retry_option(p: argparse.ArgumentParser) -> None:
@@ -93,7 +111,9 @@ def propose_main(argv: list[str]) -> int:
         from zabd.client.client import Client
 
         payloads = [s.encode() for s in args.payload] or [line.rstrip("\n").encode() for line in sys.stdin]
-        async with await Client.connect(args.servers, timeout=args.timeout, read_retry=args.retry_reads) as client:
+        async with await Client.connect(
+            args.servers, timeout=args.timeout, read_retry=args.retry_reads, **connect_options(args)
+        ) as client:
             zxids = await asyncio.gather(*(client.propose(pl, retry_for=args.retry_for) for pl in payloads))
         for pl, z in zip(payloads, zxids, strict=True):
             if args.json:
@@ -118,7 +138,9 @@ def status_main(argv: list[str]) -> int:
             addr = f"{host}:{port}"
             try:
                 # one server each: a retry could only ask the same one again
-                async with await Client.connect(addr, timeout=args.timeout, read_retry=0) as client:
+                async with await Client.connect(
+                    addr, timeout=args.timeout, read_retry=0, **connect_options(args)
+                ) as client:
                     st = (await client.status()).model_dump()
                 st["server"] = addr
             except (ZabdError, OSError, TimeoutError) as exc:
@@ -175,7 +197,9 @@ def log_main(argv: list[str]) -> int:
     async def go() -> int:
         from zabd.client.client import Client
 
-        async with await Client.connect(args.servers, timeout=args.timeout, read_retry=args.retry_reads) as client:
+        async with await Client.connect(
+            args.servers, timeout=args.timeout, read_retry=args.retry_reads, **connect_options(args)
+        ) as client:
             if args.follow:
                 n = 0
                 async for txn in client.watch(start):

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import socket
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
@@ -25,6 +26,7 @@ from typing import Any, cast
 from zabd.codec import client as schema
 from zabd.codec.framing import FrameError, FrameReader, frame
 from zabd.protocol.messages import Txn
+from zabd.tls import describe_error
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
@@ -106,6 +108,7 @@ class _Proto(asyncio.Protocol):
         self.out: list[bytes] = []
         self.flush_scheduled = False
         self.error: BaseException | None = None
+        self.answered = False  # a frame came back on this connection
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -116,6 +119,7 @@ class _Proto(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
+        self.answered = True
         try:
             bodies = self.reader.feed(data)
         except FrameError as exc:
@@ -132,6 +136,18 @@ class _Proto(asyncio.Protocol):
                     fut.set_result(body)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ssl.SSLError) and not self.answered:
+            # the server refused this client's certificate (TLS 1.3 says so
+            # after the handshake): nothing was served, and a retry fails alike
+            self._fail(ZabdError("tls", f"the server refused the connection: {describe_error(exc)}"))
+            return
+        t = self.transport
+        if exc is None and not self.answered and t is not None and t.get_extra_info("ssl_object") is not None:
+            # a server that refuses a client certificate just closes (the
+            # alert is not flushed): say what it likely means
+            self._fail(ConnectionLost("connection closed by the server before any answer (TLS: was this client's "
+                                      "certificate refused? the server's log says)"))
+            return
         self._fail(ConnectionLost(f"connection closed ({exc})" if exc else "connection closed by the server"))
 
     def _fail(self, exc: BaseException) -> None:
@@ -162,10 +178,30 @@ class _Proto(asyncio.Protocol):
             self.transport.write(b"".join(out))
 
 
-async def _open(host: str, port: int, timeout: float, max_frame: int) -> _Proto:
+async def _open(
+    host: str, port: int, timeout: float, max_frame: int, tls: ssl.SSLContext | None = None, token: str | None = None
+) -> _Proto:
+    """A connection, authenticated with ``token`` first when one is given
+    (a refused token raises the server's ``unauthorized`` ZabdError)."""
     loop = asyncio.get_running_loop()
-    _, proto = await asyncio.wait_for(loop.create_connection(lambda: _Proto(max_frame), host, port), timeout)
+    _, proto = await asyncio.wait_for(
+        loop.create_connection(lambda: _Proto(max_frame), host, port, ssl=tls), timeout
+    )
+    if token is not None:
+        try:
+            _check(await asyncio.wait_for(proto.send({"v": 1, "type": "auth", "id": 0, "token": token}), timeout))
+        except BaseException:
+            if proto.transport is not None:
+                proto.transport.abort()
+            raise
     return proto
+
+
+def _unreachable(what: str, errors: list[str], tls_errors: list[str]) -> ZabdError:
+    if tls_errors and len(tls_errors) == len(errors):
+        # every server refused the TLS handshake: a retry cannot help
+        return ZabdError("tls", "TLS handshake failed (" + "; ".join(tls_errors) + ")")
+    return ConnectionLost(f"no server reachable{what} (" + "; ".join(errors) + ")")
 
 
 def _check(body: dict[str, Any]) -> dict[str, Any]:
@@ -200,8 +236,18 @@ class Client:
     :class:`OutcomeUnknown` at once: never a success it cannot vouch for.
     """
 
-    def __init__(self, servers: list[tuple[str, int]], timeout: float, max_frame: int, read_retry: float) -> None:
+    def __init__(
+        self,
+        servers: list[tuple[str, int]],
+        timeout: float,
+        max_frame: int,
+        read_retry: float,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
+    ) -> None:
         self.servers = servers
+        self.tls = tls
+        self.token = token
         self.timeout = timeout
         self.max_frame = max_frame
         self.read_retry = read_retry
@@ -217,8 +263,12 @@ class Client:
         timeout: float = 5.0,
         max_frame: int = DEFAULT_MAX_FRAME,
         read_retry: float = DEFAULT_READ_RETRY,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> Client:
-        client = cls(parse_servers(servers), timeout, max_frame, read_retry)
+        """``tls``: connect with TLS (:func:`zabd.tls.client_tls` makes the
+        context); ``token``: authenticate every connection with it first."""
+        client = cls(parse_servers(servers), timeout, max_frame, read_retry, tls, token)
         try:
             await client._reconnect()
         except ConnectionLost as exc:
@@ -229,19 +279,25 @@ class Client:
     async def _reconnect(self) -> None:
         """Open a connection to the next server in the list that answers,
         starting after the one used last (a failed server is tried last)."""
-        errors = []
+        errors: list[str] = []
+        tls_errors: list[str] = []
         n = len(self.servers)
         for k in range(n):
             host, port = self.servers[(self._next_server + k) % n]
             try:
-                self.proto = await _open(host, port, self.timeout, self.max_frame)
+                self.proto = await _open(host, port, self.timeout, self.max_frame, self.tls, self.token)
+            except ConnectionLost as exc:
+                errors.append(f"{host}:{port}: {exc.message}")
+                continue
             except (OSError, TimeoutError) as exc:
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                if isinstance(exc, ssl.SSLError):
+                    tls_errors.append(f"{host}:{port}: {describe_error(exc)}")
                 continue
             self.server = (host, port)
             self._next_server = (self._next_server + k + 1) % n
             return
-        raise ConnectionLost("no server reachable (" + "; ".join(errors) + ")")
+        raise _unreachable("", errors, tls_errors)
 
     def _drop(self) -> None:
         """Forget the current connection: the next call opens another."""
@@ -406,16 +462,22 @@ class Client:
 
     async def _open_watch(self, from_zxid: int) -> _Proto:
         n = len(self.servers)
-        errors = []
+        errors: list[str] = []
+        tls_errors: list[str] = []
         for k in range(n):
             host, port = self.servers[(self._next_server + k) % n]
             try:
-                proto = await _open(host, port, self.timeout, self.max_frame)
+                proto = await _open(host, port, self.timeout, self.max_frame, self.tls, self.token)
+            except ConnectionLost as exc:
+                errors.append(f"{host}:{port}: {exc.message}")
+                continue
             except (OSError, TimeoutError) as exc:
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                if isinstance(exc, ssl.SSLError):
+                    tls_errors.append(f"{host}:{port}: {describe_error(exc)}")
                 continue
             proto.stream = asyncio.Queue()
             proto.send({"v": 1, "type": "watch", "id": 0, "from_zxid": from_zxid})
             proto.waiters.clear()
             return proto
-        raise ConnectionLost("no server reachable for the watch (" + "; ".join(errors) + ")")
+        raise _unreachable(" for the watch", errors, tls_errors)

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from zabd.client.cli import _parser, _payload_json, _retry_option, _run
+from zabd.client.cli import _parser, _payload_json, _retry_option, _run, connect_options
 from zabd.protocol import zxid as zx
 
 USAGE = "usage: zabd kv {put KEY VALUE | get KEY [--sync] | cas KEY VERSION VALUE | delete KEY [--version N] | sync}"
@@ -35,7 +35,9 @@ def main(argv: list[str]) -> int:
     async def go() -> int:
         from zabd.client.client import Client
 
-        async with await Client.connect(args.servers, timeout=args.timeout, read_retry=args.retry_reads) as c:
+        async with await Client.connect(
+            args.servers, timeout=args.timeout, read_retry=args.retry_reads, **connect_options(args)
+        ) as c:
             out: dict[str, Any]
             if op == "sync":
                 z = await c.sync()
