@@ -7,6 +7,8 @@ per read. Latency is client issue -> response, in an HdrHistogram (us).
 
     zabd bench --servers h:p,h:p --clients 8 --window 256 --payload 1024 --duration 10 [--json]
     zabd bench --spawn 3 [--storage memory | --no-fsync] ...   # starts and stops a local cluster (default: disk, fsync)
+    zabd bench --spawn 3 --tls ...   # the same with TLS on both ports (certificates made in a temp dir)
+    zabd bench --servers h:p --ca ca.pem --cert c.pem --key c.key [--token T] ...   # a TLS cluster
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import sys
 import time
 from collections import deque
@@ -25,7 +28,8 @@ from typing import Any, NoReturn, cast
 import msgpack
 from hdrh.histogram import HdrHistogram
 
-from zabd.codec.framing import FrameError, FrameReader
+from zabd.client.cli import connect_options, security_options
+from zabd.codec.framing import FrameError, FrameReader, frame
 
 _packb = msgpack.packb
 
@@ -46,8 +50,12 @@ class Stats:
 
 
 class BenchConn(asyncio.Protocol):
-    def __init__(self, stats: Stats, payload: bytes, window: int, stop_at: list[float], kv_keys: int = 0) -> None:
+    def __init__(
+        self, stats: Stats, payload: bytes, window: int, stop_at: list[float], kv_keys: int = 0,
+        token: str | None = None,
+    ) -> None:
         self.stats = stats
+        self.token = token  # sent first; the window opens when it is accepted
         self.payload = payload
         self.window = window
         self.stop_at = stop_at
@@ -73,7 +81,21 @@ class BenchConn(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.token is not None:
+            self.transport.write(frame({"v": 1, "type": "auth", "id": 0, "token": self.token}))
+            return
         self._issue(self.window)
+
+    def _authenticated(self, body: Any) -> None:
+        self.token = None
+        if isinstance(body, dict) and body.get("ok"):
+            self._issue(self.window)
+            return
+        code = str(body.get("error")) if isinstance(body, dict) else "bad_response"
+        self.stats.error_codes[code] = self.stats.error_codes.get(code, 0) + 1
+        self.done = True
+        if self.transport is not None:
+            self.transport.close()
 
     def _issue(self, n: int) -> None:
         if n <= 0 or self.done or self.transport is None:
@@ -103,6 +125,8 @@ class BenchConn(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
             return
+        if self.token is not None and bodies:
+            self._authenticated(bodies.pop(0))
         now = time.perf_counter_ns()
         stats = self.stats
         sent = self.sent
@@ -164,13 +188,13 @@ def _box_busy_seconds() -> float:
         return 0.0
 
 
-async def _leader_of(servers: list[str]) -> tuple[str, dict[str, Any]]:
+async def _leader_of(servers: list[str], **conn: Any) -> tuple[str, dict[str, Any]]:
     from zabd.client.client import Client
 
     last: dict[str, Any] = {}
     for addr in servers:
         with contextlib.suppress(Exception):
-            async with await Client.connect(addr, timeout=2) as c:
+            async with await Client.connect(addr, timeout=2, **conn) as c:
                 st = (await c.status()).model_dump()
                 last = st
                 if st["role"] == "leading":
@@ -178,13 +202,13 @@ async def _leader_of(servers: list[str]) -> tuple[str, dict[str, Any]]:
     return "", last
 
 
-async def _storage_stats(addr: str) -> dict[str, int] | None:
+async def _storage_stats(addr: str, **conn: Any) -> dict[str, int] | None:
     from zabd.client.client import Client
 
     if not addr:
         return None
     with contextlib.suppress(Exception):
-        async with await Client.connect(addr, timeout=2) as c:
+        async with await Client.connect(addr, timeout=2, **conn) as c:
             st = (await c.status()).model_dump()
             io = st.get("storage_stats")
             return dict(io) if isinstance(io, dict) else None
@@ -215,11 +239,14 @@ async def run_bench(
     progress: bool,
     server_pids: list[int] | None = None,
     kv_keys: int = 0,
+    tls: ssl.SSLContext | None = None,
+    token: str | None = None,
 ) -> dict[str, Any]:
     from zabd.client.client import parse_servers
 
     addrs = parse_servers(servers)
-    leader_addr, st = await _leader_of([f"{h}:{p}" for h, p in addrs])
+    conn: dict[str, Any] = {"tls": tls, "token": token}
+    leader_addr, st = await _leader_of([f"{h}:{p}" for h, p in addrs], **conn)
     if target == "leader":
         if not leader_addr:
             raise RuntimeError("no leader found among the servers")
@@ -234,13 +261,13 @@ async def run_bench(
     conns: list[BenchConn] = []
     for host, port in chosen:
         _, proto = await loop.create_connection(
-            lambda: BenchConn(stats, payload, window, stop_at, kv_keys), host, port
+            lambda: BenchConn(stats, payload, window, stop_at, kv_keys, token), host, port, ssl=tls
         )
         conns.append(proto)
     if warmup > 0:
         await asyncio.sleep(warmup)
     pids = server_pids or []
-    io0 = await _storage_stats(leader_addr)
+    io0 = await _storage_stats(leader_addr, **conn)
     cpu0 = {pid: _cpu_seconds(pid) for pid in [os.getpid(), *pids]}
     box0 = _box_busy_seconds()
     stats.measuring = True
@@ -267,7 +294,7 @@ async def run_bench(
     elapsed = time.monotonic() - t0
     cpu1 = {pid: _cpu_seconds(pid) for pid in cpu0}
     box1 = _box_busy_seconds()
-    io1 = await _storage_stats(leader_addr)
+    io1 = await _storage_stats(leader_addr, **conn)
     ours = sum(cpu1[pid] - cpu0[pid] for pid in cpu0)
     for c in conns:
         c.done = True
@@ -294,6 +321,7 @@ async def run_bench(
         "duration_s": round(elapsed, 3),
         "warmup_s": warmup,
         "target": target,
+        "tls": tls is not None,
         "leader": leader_addr,
         "storage": st.get("storage", "unknown"),
         "fsync": st.get("fsync"),
@@ -332,8 +360,13 @@ def main(argv: list[str]) -> int:
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="with --spawn: a server config field"
     )
     p.add_argument("--kv-keys", type=int, default=0, help="KV puts over this many keys instead of raw proposals")
+    p.add_argument(
+        "--tls", action="store_true",
+        help="with --spawn: TLS on both ports (certificates made in the cluster's temp dir by zabd.certs)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true")
+    security_options(p)
     args = p.parse_args(argv)
     if args.kv_keys < 0:
         p.error(f"--kv-keys {args.kv_keys}: expected 0 (raw proposals) or a number of keys")
@@ -346,6 +379,10 @@ def main(argv: list[str]) -> int:
         p.error("--duration must be in (0, 3600] and --warmup in [0, 600] seconds")
     if args.spawn is not None and not 1 <= args.spawn <= 15:
         p.error(f"--spawn {args.spawn}: expected 1..15 nodes")
+    if args.tls and args.spawn is None:
+        p.error("--tls: only with --spawn (for --servers, give --ca/--cert/--key)")
+    if args.spawn is not None and (args.ca or args.cert or args.key or args.token):
+        p.error("--ca/--cert/--key/--token: only with --servers (--spawn --tls makes its own certificates)")
 
     import uvloop
 
@@ -361,7 +398,7 @@ def main(argv: list[str]) -> int:
             kv_keys=args.kv_keys,
         )
         if args.servers:
-            return await run_bench(args.servers.split(","), **kw)
+            return await run_bench(args.servers.split(","), **kw, **connect_options(args))
         from zabd.client.spawn import LocalCluster
 
         extra: dict[str, Any] = {}
@@ -369,7 +406,7 @@ def main(argv: list[str]) -> int:
             key, _, value = item.partition("=")
             extra[key] = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
         cluster = LocalCluster(
-            args.spawn, storage=args.storage, fsync=not args.no_fsync, log_level="warning", extra=extra
+            args.spawn, storage=args.storage, fsync=not args.no_fsync, log_level="warning", extra=extra, tls=args.tls
         )
         try:
             cluster.start()
@@ -378,7 +415,7 @@ def main(argv: list[str]) -> int:
             except (TimeoutError, RuntimeError) as exc:
                 raise RuntimeError(f"the spawned cluster did not come up: {exc}") from None
             pids = [proc.pid for proc in cluster.procs.values()]
-            return await run_bench(cluster.servers, server_pids=pids, **kw)
+            return await run_bench(cluster.servers, server_pids=pids, tls=cluster.client_tls(), **kw)
         finally:
             cluster.stop()
 
@@ -395,6 +432,7 @@ def main(argv: list[str]) -> int:
             f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, p99.9 {result['p999_ms']} ms, "
             f"errors {result['errors']} ({result['nodes']} nodes, {result['payload']} B, "
             f"{result['clients']}x{result['window']}, storage {result['storage']}, fsync {result['fsync']}, "
+            f"tls {result['tls']}, "
             f"{result['fsyncs_per_s']} fsyncs/s, {result['txns_per_fsync']} txns/fsync, cpu {result['cpu_pct']})"
         )
     return 0

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,9 @@ class LocalCluster:
         hosts: dict[int, str] | None = None,
         spawn: Spawner | None = None,
         admin: bool = False,
+        tls: bool = False,
+        client_certs: str = "required",
+        tokens: dict[str, str] | None = None,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -77,6 +81,15 @@ class LocalCluster:
         self._spawn = spawn
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.log_files: dict[int, Path] = {}
+        # tls: a CA and certificates in base/tls (zabd.certs), TLS on both
+        # ports, client certificates as client_certs says; tokens: TOKEN ->
+        # rw|ro, written to base/tokens. The helpers below connect with
+        # client1's certificate, or the first rw token.
+        self.tls_dir = self.base / "tls" if tls else None
+        self.client_certs = client_certs
+        self.tokens = tokens
+        self.token = next((t for t, role in (tokens or {}).items() if role == "rw"), None)
+        self._client_tls: ssl.SSLContext | None = None
 
     def client_addr(self, i: int) -> str:
         return f"{self.hosts[i]}:{self.client_ports[i]}"
@@ -88,8 +101,34 @@ class LocalCluster:
     def config_path(self, i: int) -> Path:
         return self.base / f"node{i}.toml"
 
+    def client_tls(self) -> ssl.SSLContext | None:
+        """The context the helpers connect with (client1's certificate)."""
+        if self.tls_dir is not None and self._client_tls is None:
+            from zabd.tls import client_tls
+
+            d = self.tls_dir
+            self._client_tls = client_tls(str(d / "ca.pem"), str(d / "client1.pem"), str(d / "client1.key"))
+        return self._client_tls
+
+    def _security_lines(self, i: int) -> list[str]:
+        lines = []
+        if self.tls_dir is not None:
+            d = self.tls_dir
+            lines += [f'tls_ca = "{d / "ca.pem"}"', f'tls_cert = "{d / f"node{i}.pem"}"',
+                      f'tls_key = "{d / f"node{i}.key"}"', "tls_peer = true", "tls_client = true",
+                      f'tls_client_certs = "{self.client_certs}"']
+        if self.tokens is not None:
+            lines.append(f'auth_tokens_file = "{self.base / "tokens"}"')
+        return lines
+
     def write_configs(self) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
+        if self.tls_dir is not None and not (self.tls_dir / "ca.pem").exists():
+            from zabd.certs import make_cluster
+
+            make_cluster(self.tls_dir, self.n, [self.hosts[i] for i in range(1, self.n + 1)])
+        if self.tokens is not None:
+            (self.base / "tokens").write_text("".join(f"{t} {role}\n" for t, role in self.tokens.items()))
         for i in range(1, self.n + 1):
             lines = [
                 f"id = {i}",
@@ -104,6 +143,7 @@ class LocalCluster:
                 f"fsync = {'true' if self.fsync else 'false'}",
                 f'log_level = "{self.log_level}"',
             ]
+            lines += self._security_lines(i)
             if self.admin_ports:
                 lines.append(f'admin = "{self.hosts[i]}:{self.admin_ports[i]}"')
             for key, value in self.extra.items():
@@ -198,7 +238,9 @@ class LocalCluster:
 
     async def status(self, i: int, timeout: float = 2.0) -> dict[str, Any] | None:
         try:
-            client = await Client.connect(self.client_addr(i), timeout=timeout, read_retry=0)
+            client = await Client.connect(
+                self.client_addr(i), timeout=timeout, read_retry=0, tls=self.client_tls(), token=self.token
+            )
         except (ZabdError, OSError, TimeoutError):
             return None
         try:
