@@ -26,8 +26,17 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("zabd")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def usage() -> str:
-    lines = ["usage: zabd COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: zabd COMMAND [ARGS...]   (zabd --version; zabd COMMAND --help)", "", "commands:"]
     for name, (_, _, text) in COMMANDS.items():
         lines.append(f"  {name:<10} {text}")
     return "\n".join(lines)
@@ -38,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if args else 2
+    if args[0] in ("--version", "-V", "version"):
+        print(f"zabd {_version()}")
+        return 0
     name = args[0]
     if name not in COMMANDS:
         print(f"zabd: unknown command {name!r}; expected one of {', '.join(COMMANDS)}", file=sys.stderr)

@@ -92,6 +92,9 @@ def _run(prog: str, coro_fn: Callable[[], Awaitable[int]]) -> int:
     except TimeoutError:
         print(f"{prog}: timed out", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C (``zabd log --follow``): the user's way to stop, not an error
+        return 130
 
 
 def _payload_json(p: bytes) -> Any:
@@ -99,6 +102,48 @@ def _payload_json(p: bytes) -> Any:
         return p.decode("utf-8")
     except UnicodeDecodeError:
         return {"hex": p.hex()}
+
+
+def _kv_op(payload: bytes) -> dict[str, Any] | None:
+    """A committed KV txn's fields (``zabd.kv.store.decode_txn``), or None for a raw proposal."""
+    from zabd.kv import KV_MAGIC, decode_txn
+
+    if payload[: len(KV_MAGIC)] != KV_MAGIC:
+        return None
+    try:
+        op = decode_txn(payload[len(KV_MAGIC) :])
+    except Exception:  # a malformed tagged payload: every replica ignored it too
+        return None
+    if isinstance(op.get("value"), bytes):
+        op["value"] = _payload_json(op["value"])
+    return op
+
+
+def _kv_text(op: dict[str, Any]) -> str:
+    value = op.get("value")
+    shown = value if isinstance(value, str) else f"<hex {value['hex']}>" if isinstance(value, dict) else value
+    if op["op"] == "set":
+        return f"put {op['key']}={shown} (version {op['version']})"
+    if op["op"] == "delete":
+        return f"delete {op['key']}"
+    return f"failed {op['code']} {op['key']} (version {op['version']})"
+
+
+# zxid fields of the status answer, shown epoch:counter like everywhere else in the CLI
+_STATUS_ZXIDS = ("last_zxid", "last_committed", "log_base")
+
+
+def _status_json(st: dict[str, Any]) -> dict[str, Any]:
+    out = dict(st)
+    for k in _STATUS_ZXIDS:
+        if isinstance(out.get(k), int):
+            out[k] = zx.fmt(out[k])
+    snaps = out.get("snapshots")
+    if isinstance(snaps, dict) and isinstance(snaps.get("last_zxid"), int):
+        out["snapshots"] = snaps | {"last_zxid": zx.fmt(snaps["last_zxid"])}
+    if out.get("leader") == 0:  # 0 is no node id: there is no leader
+        out["leader"] = None
+    return out
 
 
 def propose_main(argv: list[str]) -> int:
@@ -149,12 +194,12 @@ def status_main(argv: list[str]) -> int:
             rows.append(st)
         for st in rows:
             if args.json:
-                print(json.dumps(st))
+                print(json.dumps(_status_json(st)))
             elif "error" in st:
                 print(f"{st['server']}: unreachable ({st['error']})")
             else:
                 print(
-                    f"{st['server']}: node {st['id']} {st['role']} ({st['phase']}) leader={st['leader']} "
+                    f"{st['server']}: node {st['id']} {st['role']} ({st['phase']}) leader={st['leader'] or 'none'} "
                     f"epoch={st['current_epoch']}/{st['accepted_epoch']} last_zxid={zx.fmt(st['last_zxid'])} "
                     f"committed={zx.fmt(st['last_committed'])} peers_connected={st['peers_connected']}"
                 )
@@ -178,6 +223,9 @@ def log_main(argv: list[str]) -> int:
     p.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
     p.add_argument("--follow", action="store_true", help="keep printing commits as they happen")
     args = p.parse_args(argv)
+    if args.limit < 0:
+        print(f"zabd log: --limit {args.limit}: expected a count >= 0 (0: all)", file=sys.stderr)
+        return 2
     try:
         if ":" in args.from_zxid:
             e, c = args.from_zxid.split(":", 1)
@@ -189,8 +237,16 @@ def log_main(argv: list[str]) -> int:
         return 2
 
     def show(z: int, payload: bytes) -> None:
+        op = _kv_op(payload)
         if args.json:
-            print(json.dumps({"zxid": z, "zxid_str": zx.fmt(z), "payload": _payload_json(payload)}), flush=True)
+            row: dict[str, Any] = {"zxid": z, "zxid_str": zx.fmt(z)}
+            if op is not None:  # decoded, and the raw bytes as hex
+                row |= {"kv": op, "payload": {"hex": payload.hex()}}
+            else:
+                row["payload"] = _payload_json(payload)
+            print(json.dumps(row), flush=True)
+        elif op is not None:
+            print(f"{zx.fmt(z)}\t{_kv_text(op)}", flush=True)
         else:
             print(f"{zx.fmt(z)}\t{payload.decode('utf-8', 'backslashreplace')}", flush=True)
 

@@ -13,6 +13,9 @@ USAGE = "usage: zabd kv {put KEY VALUE | get KEY [--sync] | cas KEY VERSION VALU
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
     if not argv or argv[0] not in ("put", "get", "cas", "delete", "sync"):
         print(f"zabd kv: {USAGE}", file=sys.stderr)
         return 2 if argv and argv[0] not in ("-h", "--help") else (0 if argv else 2)
@@ -21,7 +24,8 @@ def main(argv: list[str]) -> int:
     if op in ("put", "cas", "delete"):
         _retry_option(p)
     if op != "sync":
-        p.add_argument("key")
+        # not dest "key": that is the connection flags' --key (the client certificate's key)
+        p.add_argument("kv_key", metavar="key")
     if op == "cas":
         p.add_argument("version", type=int, help="expected version (0: create only if absent)")
     if op in ("put", "cas"):
@@ -45,28 +49,29 @@ def main(argv: list[str]) -> int:
             elif op == "get":
                 if args.sync:
                     await c.sync()
-                g = await c.get(args.key)
+                g = await c.get(args.kv_key)
                 if args.json:
-                    out = {"key": args.key, "value": None if g.value is None else _payload_json(g.value)}
+                    out = {"key": args.kv_key, "value": None if g.value is None else _payload_json(g.value)}
                     out |= {"version": g.version, "zxid": g.zxid}
                     print(json.dumps(out))
                 elif g.value is None:
-                    print(f"{args.key}: (absent)", file=sys.stderr)
+                    print(f"{args.kv_key}: (absent)", file=sys.stderr)
                 else:
                     print(g.value.decode("utf-8", "backslashreplace"))
                 return 0 if g.value is not None else 1
             else:
                 if op == "put":
-                    w = await c.put(args.key, args.value.encode(), retry_for=args.retry_for)
+                    w = await c.put(args.kv_key, args.value.encode(), retry_for=args.retry_for)
                 elif op == "cas":
-                    w = await c.cas(args.key, args.version, args.value.encode(), retry_for=args.retry_for)
+                    w = await c.cas(args.kv_key, args.version, args.value.encode(), retry_for=args.retry_for)
                 else:
-                    w = await c.delete(args.key, args.version, retry_for=args.retry_for)
+                    w = await c.delete(args.kv_key, args.version, retry_for=args.retry_for)
                 out = {"zxid": w.zxid, "zxid_str": zx.fmt(w.zxid), "version": w.version}
             if args.json:
                 print(json.dumps(out))
             else:
-                print(" ".join(f"{k}={v}" for k, v in out.items() if k != "zxid"))
+                # zxid as epoch:counter, under the name --json uses for the integer
+                print(" ".join(f"{k}={zx.fmt(v) if k == 'zxid' else v}" for k, v in out.items() if k != "zxid_str"))
         return 0
 
     return _run(f"zabd kv {op}", go)

@@ -246,6 +246,11 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip() if __doc__ else USAGE)
         return 0
     cmd, rest = argv[0], argv[1:]
+    if cmd in ("sweep", "audit", "handmade") and any(a in ("-h", "--help") for a in rest):
+        # no option of theirs takes a value that could be --help, and a DIR
+        # named -h is reachable as ./-h
+        print(__doc__.strip() if __doc__ else USAGE)
+        return 0
     if cmd == "sweep":
         return sweep_main(rest)
     if cmd == "audit":

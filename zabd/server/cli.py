@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import ssl
 import sys
@@ -20,11 +21,27 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _data_dir_error(config: ServerConfig, exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename and exc.filename != config.data_dir else ""
+    reason = f"{exc.strerror or exc}{where}"
+    if os.path.exists(config.data_dir) and not os.path.isdir(config.data_dir):
+        reason = "it exists and is not a directory"
+    return (
+        f"zabd serve: config error: field 'data_dir' = {config.data_dir!r}: expected a directory this user "
+        f"can create and write; {reason}"
+    )
+
+
 async def _run(config: ServerConfig) -> int:
     from zabd.server.replica import Replica
     from zabd.server.storage_factory import open_state_machine, open_storage
 
-    storage = open_storage(config)
+    try:
+        storage = open_storage(config)
+    except OSError as exc:
+        # a file where the folder should be, a path under /proc, no permission: a config mistake
+        print(_data_dir_error(config, exc), file=sys.stderr)
+        return 2
     try:
         replica = Replica(config, storage, open_state_machine(config))
     except StorageError as exc:
@@ -38,6 +55,15 @@ async def _run(config: ServerConfig) -> int:
         return 2
     except ssl.SSLError as exc:
         print(f"zabd serve: config error: tls_cert/tls_key/tls_ca: not a usable certificate, key or CA ({exc})",
+              file=sys.stderr)
+        storage.close()
+        return 2
+    except OSError as exc:  # after ssl.SSLError, an OSError too
+        # recovery opens and creates files in data_dir (e.g. a read-only folder); other files
+        # named by the config (certificates) fail here too
+        name = os.fsdecode(exc.filename) if exc.filename else ""
+        in_data_dir = not name or os.path.abspath(name).startswith(os.path.abspath(config.data_dir))
+        print(_data_dir_error(config, exc) if in_data_dir else f"zabd serve: cannot open {name}: {exc.strerror or exc}",
               file=sys.stderr)
         storage.close()
         return 2
