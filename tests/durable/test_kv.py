@@ -4,6 +4,7 @@ followers, sync for read-your-writes, state after a restart."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,16 @@ async def test_kv_calls_follower_leader_sync_and_restart(disk_cluster: Factory) 
         assert z >= w2.zxid
         assert (await oc.get("a")).value == b"2"
         assert (await oc.get("b")).value is None
-    sts = await c.statuses()
+    # the event: every node has applied the last write (the delete through the leader);
+    # until then a follower's digest can still be the one before it
+    async def applied_everywhere() -> dict[int, dict[str, Any] | None]:
+        while True:
+            sts = await c.statuses()
+            if all(st is not None and st["last_committed"] >= d.zxid for st in sts.values()):
+                return sts
+            await asyncio.sleep(0.02)  # between two status polls
+
+    sts = await asyncio.wait_for(applied_everywhere(), 20)
     digests = {st["kv_digest"] for st in sts.values() if st}
     assert len(digests) == 1 and sts[leader] and sts[leader]["kv_keys"] == 2
     # every node restarts from its own data dir with the same state
