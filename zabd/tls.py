@@ -105,3 +105,19 @@ def client_tls(ca: str | None, cert: str | None = None, key: str | None = None) 
         problem = describe_error(exc)
         raise ValueError(f"--ca/--cert/--key: not a usable PEM CA, certificate or key ({problem})") from None
     return ctx
+
+
+def tls_files_problem(ca: str, cert: str, key: str) -> str | None:
+    """Why a server's CA, certificate and key cannot serve (one line naming
+    the field), or None."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_verify_locations(cafile=ca)
+    except (ssl.SSLError, ValueError) as exc:
+        return f"field 'tls_ca' = {ca!r}: expected a PEM CA bundle ({describe_error(exc)})"
+    try:
+        ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as exc:
+        return (f"field 'tls_cert' = {cert!r} / 'tls_key' = {key!r}: expected a PEM certificate and its private key "
+                f"({describe_error(exc)})")
+    return None

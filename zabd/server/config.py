@@ -16,6 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from zabd.server.auth import TokenFileError, load_tokens
+from zabd.tls import tls_files_problem
+
 ENV_PREFIX = "ZABD_"
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
@@ -173,10 +176,18 @@ class ServerConfig(BaseModel):
                     )
                 if not os.access(path, os.R_OK):
                     raise ValueError(f"field {name!r} = {path!r}: cannot read the file")
+            # a bad file is a config error now, not a failure after recovery
+            if problem := tls_files_problem(self.tls_ca, self.tls_cert, self.tls_key):
+                raise ValueError(problem)
         if self.tls_client_certs != "none" and not self.tls_client:
             raise ValueError(f"field 'tls_client_certs' = {self.tls_client_certs!r}: needs tls_client = true")
         if self.auth_tokens_file and not os.access(self.auth_tokens_file, os.R_OK):
             raise ValueError(f"field 'auth_tokens_file' = {self.auth_tokens_file!r}: cannot read the file")
+        if self.auth_tokens_file:
+            try:
+                load_tokens(self.auth_tokens_file)
+            except (TokenFileError, UnicodeDecodeError) as exc:
+                raise ValueError(f"field 'auth_tokens_file': {exc}") from None
         return self
 
     @model_validator(mode="after")
