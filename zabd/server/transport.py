@@ -73,12 +73,14 @@ class _Link(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.addr = "?"
         self.closed = False
+        self.tls = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it
         self.transport = cast(asyncio.Transport, transport)
         _nodelay(transport)
         self.addr = _peername(transport)
+        self.tls = transport.get_extra_info("ssl_object") is not None
 
     def abort(self) -> None:
         if not self.closed:
@@ -89,7 +91,12 @@ class _Link(asyncio.Protocol):
     def write(self, frames: list[bytes]) -> None:
         t = self.transport
         if frames and t is not None and not self.closed:
-            t.writelines(frames)
+            if self.tls:
+                # one TLS record per element otherwise: each small frame its
+                # own encryption, header and (at the reader) decryption call
+                t.write(b"".join(frames))
+            else:
+                t.writelines(frames)
 
     def buffered(self) -> int:
         t = self.transport
