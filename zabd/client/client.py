@@ -142,11 +142,14 @@ class _Proto(asyncio.Protocol):
             self._fail(ZabdError("tls", f"the server refused the connection: {describe_error(exc)}"))
             return
         t = self.transport
-        if exc is None and not self.answered and t is not None and t.get_extra_info("ssl_object") is not None:
+        tls = t is not None and t.get_extra_info("ssl_object") is not None
+        if tls and not self.answered and (exc is None or isinstance(exc, ConnectionError)):
             # a server that refuses a client certificate just closes (the
-            # alert is not flushed): say what it likely means
-            self._fail(ConnectionLost("connection closed by the server before any answer (TLS: was this client's "
-                                      "certificate refused? the server's log says)"))
+            # alert is not flushed; a reset when our request was unread):
+            # say what it likely means
+            how = f"closed ({exc})" if exc else "closed by the server"
+            self._fail(ConnectionLost(f"connection {how} before any answer (TLS: was this client's certificate "
+                                      "refused? the server's log says)"))
             return
         self._fail(ConnectionLost(f"connection closed ({exc})" if exc else "connection closed by the server"))
 
