@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate the compose files: docker-compose.yml (3 nodes, repo root) and
-deploy/docker-compose.{5,7}.yml. Same as `zabd compose --nodes N -o FILE`."""
+"""Regenerate the compose files: docker-compose.yml (3 nodes, repo root),
+deploy/docker-compose.{5,7}.yml and deploy/docker-compose.tls.yml (3 nodes,
+TLS on). Same as `zabd compose --nodes N [--tls] -o FILE`."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ if __name__ == "__main__":
     root = Path(__file__).resolve().parent.parent
     if len(sys.argv) > 1:
         raise SystemExit(main(sys.argv[1:]))
-    for n, path in (
-        (3, root / "docker-compose.yml"),
-        (5, root / "deploy/docker-compose.5.yml"),
-        (7, root / "deploy/docker-compose.7.yml"),
+    for n, path, extra in (
+        (3, root / "docker-compose.yml", []),
+        (5, root / "deploy/docker-compose.5.yml", []),
+        (7, root / "deploy/docker-compose.7.yml", []),
+        (3, root / "deploy/docker-compose.tls.yml", ["--tls"]),
     ):
         # the build context is the repository root, as seen from the file's folder
         context = os.path.relpath(root, path.parent)
-        main(["--nodes", str(n), "-o", str(path), "--build-context", context])
+        main(["--nodes", str(n), "-o", str(path), "--build-context", context, *extra])
         print(f"wrote {path}")

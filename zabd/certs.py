@@ -121,6 +121,13 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _owner(p: _Parser, text: str) -> tuple[int, int]:
+    uid, _, gid = text.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        p.error(f"--owner {text!r}: expected UID or UID:GID (numbers)")
+    return int(uid), int(gid or uid)
+
+
 def main(argv: list[str]) -> int:
     p = _Parser(prog="zabd certs", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory to write the PEM files into")
@@ -128,7 +135,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--hosts", default="", help="comma-separated host name or IP of each node, in id order")
     p.add_argument("--clients", type=int, default=1, help="client certificates to write (default 1)")
     p.add_argument("--days", type=int, default=825)
+    p.add_argument("--owner", help="UID[:GID] to own the files (root only), e.g. 10001 for the container image")
     args = p.parse_args(argv)
+    owner = _owner(p, args.owner) if args.owner else None
     if not 1 <= args.nodes <= 255:
         p.error(f"--nodes {args.nodes}: expected 1..255")
     if args.clients < 0:
@@ -141,6 +150,10 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     try:
         make_cluster(out, args.nodes, hosts, args.clients, args.days)
+        if owner is not None:
+            for f in out.iterdir():
+                if f.suffix in (".pem", ".key"):
+                    os.chown(f, *owner)
     except OSError as exc:
         print(f"zabd certs: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -72,16 +72,17 @@ def _skip_reason(n: int) -> str | None:
 class Project:
     """One compose project: ``docker-compose -p NAME -f FILE ...``."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, file: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.n = n
-        self.name = f"zabdtest{os.getpid()}n{n}"
+        self.name = f"zabdtest{os.getpid()}n{n}{'tls' if file else ''}"
         compose = _compose_cmd()
         assert compose is not None
-        self.base = [*compose, "-p", self.name, "-f", str(FILES[n])]
+        self.base = [*compose, "-p", self.name, "-f", str(file or FILES[n])]
+        self.env = {**os.environ, **(env or {})}
         self.servers = [f"127.0.0.1:{HOST_BASE + i}" for i in range(1, n + 1)]
 
     def run(self, *args: str, timeout: float = 120.0) -> str:
-        r = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout, env=self.env)
         assert r.returncode == 0, f"{' '.join(args)} failed ({r.returncode}): {r.stderr[-2000:]}"
         return r.stdout
 
@@ -97,17 +98,17 @@ class Project:
 
 
 @contextlib.contextmanager
-def project(n: int) -> Iterator[Project]:
+def project(n: int, file: Path | None = None, env: dict[str, str] | None = None) -> Iterator[Project]:
     reason = _skip_reason(n)
     if reason is not None:
         pytest.skip(reason)
-    p = Project(n)
+    p = Project(n, file, env)
     try:
         p.run("up", "-d", "--build", timeout=UP_TIMEOUT)
         yield p
     finally:
         # everything this project created: containers, its network, its volumes
-        subprocess.run([*p.base, "down", "-v", "-t", "5"], capture_output=True, timeout=180)
+        subprocess.run([*p.base, "down", "-v", "-t", "5"], capture_output=True, timeout=180, env=p.env)
 
 
 async def _status(addr: str) -> NodeStatus | None:
@@ -216,3 +217,34 @@ async def test_bigger_cluster_elects_writes_and_reads(n: int) -> None:
             assert await c.sync(retry_for=20) >= w.zxid
             g = await c.get("colour")
         assert (g.value, g.version) == (b"blue", 1)
+
+
+async def test_the_tls_variant_elects_writes_and_refuses_plaintext(tmp_path: Path) -> None:
+    """deploy/docker-compose.tls.yml with the certificates of ``zabd certs
+    --owner 10001`` (the image's user): the nodes elect over mutual TLS, a
+    client that trusts the CA writes and reads, a plaintext client gets nothing."""
+    from zabd.certs import main as certs_main
+    from zabd.tls import client_tls
+
+    certs = tmp_path / "tls"
+    assert certs_main(["--out", str(certs), "--nodes", "3", "--owner", "10001"]) == 0
+    with project(3, ROOT / "deploy/docker-compose.tls.yml", {"ZABD_TLS_DIR": str(certs)}) as p:
+        tls = client_tls(str(certs / "ca.pem"))
+
+        async def leader() -> int | None:
+            try:
+                async with await Client.connect(p.servers[0], timeout=2.0, read_retry=0, tls=tls) as c:
+                    st = await c.status()
+            except (ZabdError, OSError, TimeoutError):
+                return None
+            return st.leader if st.phase == "broadcast" and st.leader else None
+
+        await _until("a leader over TLS", leader)
+        async with await Client.connect(p.servers[1], timeout=5.0, tls=tls) as c:
+            w = await c.put("colour", b"blue", retry_for=20)
+        async with await Client.connect(p.servers[2], timeout=5.0, tls=tls) as c:
+            assert await c.sync(retry_for=20) >= w.zxid
+            assert (await c.get("colour")).value == b"blue"
+        with pytest.raises((ZabdError, OSError, TimeoutError)):
+            async with await Client.connect(p.servers[0], timeout=2.0, read_retry=0) as c:
+                await c.status()

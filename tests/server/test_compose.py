@@ -101,3 +101,20 @@ def test_health_probe_is_valid_python() -> None:
     from zabd.server.compose import HEALTH_PROBE
 
     compile(HEALTH_PROBE, "<healthcheck>", "exec")
+
+
+def test_the_tls_variant_turns_tls_on_with_the_certs_zabd_certs_writes(tmp_path: Path) -> None:
+    from zabd.certs import make_cluster
+    from zabd.server.compose import TLS_MOUNT
+
+    path = ROOT / "deploy/docker-compose.tls.yml"
+    context = os.path.relpath(ROOT, path.parent)
+    assert path.read_text() == render(3, context=context, tls=True), f"{path} is stale: run python3 deploy/compose.py"
+    make_cluster(tmp_path, 3)
+    for i, svc in services(3, context=context, tls=True)["services"].items():
+        assert TLS_MOUNT in svc["volumes"]
+        # the container sees the certificates at /tls: here they are in tmp_path
+        env = {k: v.replace("/tls/", f"{tmp_path}/") for k, v in svc["environment"].items()}
+        cfg = load_config(None, env)
+        assert cfg.tls_peer and cfg.tls_client and cfg.tls_cert == f"{tmp_path}/node{cfg.id}.pem"
+        assert i == f"zabd{cfg.id}"
