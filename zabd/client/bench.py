@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import ssl
 import sys
 import time
@@ -29,7 +28,7 @@ import msgpack
 from hdrh.histogram import HdrHistogram
 
 from zabd.client.cli import connect_options, security_options
-from zabd.codec.framing import FrameError, FrameReader, frame
+from zabd.codec.framing import FrameError, FrameReader, frame, no_delay
 
 _packb = msgpack.packb
 
@@ -77,10 +76,7 @@ class BenchConn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        no_delay(transport)
         if self.token is not None:
             self.transport.write(frame({"v": 1, "type": "auth", "id": 0, "token": self.token}))
             return

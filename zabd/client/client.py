@@ -15,16 +15,14 @@ arrive in request order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import socket
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, cast
 
 from zabd.codec import client as schema
-from zabd.codec.framing import FrameError, FrameReader, frame
+from zabd.codec.framing import FrameError, FrameReader, frame, no_delay
 from zabd.protocol.messages import Txn
 from zabd.tls import describe_error
 
@@ -113,10 +111,7 @@ class _Proto(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        no_delay(transport)
 
     def data_received(self, data: bytes) -> None:
         self.answered = True
@@ -280,15 +275,18 @@ class Client:
         return client
 
     async def _reconnect(self) -> None:
-        """Open a connection to the next server in the list that answers,
-        starting after the one used last (a failed server is tried last)."""
+        self.proto, self.server = await self._open_next("")
+
+    async def _open_next(self, what: str) -> tuple[_Proto, tuple[str, int]]:
+        """A connection to the next server in the list that answers, starting
+        after the one used last (a failed server is tried last)."""
         errors: list[str] = []
         tls_errors: list[str] = []
         n = len(self.servers)
         for k in range(n):
             host, port = self.servers[(self._next_server + k) % n]
             try:
-                self.proto = await _open(host, port, self.timeout, self.max_frame, self.tls, self.token)
+                proto = await _open(host, port, self.timeout, self.max_frame, self.tls, self.token)
             except ConnectionLost as exc:
                 errors.append(f"{host}:{port}: {exc.message}")
                 continue
@@ -297,10 +295,9 @@ class Client:
                 if isinstance(exc, ssl.SSLError):
                     tls_errors.append(f"{host}:{port}: {describe_error(exc)}")
                 continue
-            self.server = (host, port)
             self._next_server = (self._next_server + k + 1) % n
-            return
-        raise _unreachable("", errors, tls_errors)
+            return proto, (host, port)
+        raise _unreachable(what, errors, tls_errors)
 
     def _drop(self) -> None:
         """Forget the current connection: the next call opens another."""
@@ -464,23 +461,8 @@ class Client:
                     proto.transport.close()
 
     async def _open_watch(self, from_zxid: int) -> _Proto:
-        n = len(self.servers)
-        errors: list[str] = []
-        tls_errors: list[str] = []
-        for k in range(n):
-            host, port = self.servers[(self._next_server + k) % n]
-            try:
-                proto = await _open(host, port, self.timeout, self.max_frame, self.tls, self.token)
-            except ConnectionLost as exc:
-                errors.append(f"{host}:{port}: {exc.message}")
-                continue
-            except (OSError, TimeoutError) as exc:
-                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
-                if isinstance(exc, ssl.SSLError):
-                    tls_errors.append(f"{host}:{port}: {describe_error(exc)}")
-                continue
-            proto.stream = asyncio.Queue()
-            proto.send({"v": 1, "type": "watch", "id": 0, "from_zxid": from_zxid})
-            proto.waiters.clear()
-            return proto
-        raise _unreachable(" for the watch", errors, tls_errors)
+        proto, _ = await self._open_next(" for the watch")
+        proto.stream = asyncio.Queue()
+        proto.send({"v": 1, "type": "watch", "id": 0, "from_zxid": from_zxid})
+        proto.waiters.clear()
+        return proto

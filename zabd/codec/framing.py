@@ -6,6 +6,8 @@ hot path (several frames per committed proposal).
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import struct
 from typing import Any
 
@@ -24,6 +26,15 @@ _unpackb = msgpack.unpackb
 
 class FrameError(Exception):
     """A frame that cannot be accepted: the connection carrying it is closed."""
+
+
+def no_delay(transport: Any) -> None:
+    """TCP_NODELAY on an asyncio transport's socket: frames are small and
+    latency-bound, and Nagle's algorithm would hold each one back for an ACK."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def frame(obj: Any) -> bytes:

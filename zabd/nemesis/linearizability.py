@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -723,6 +723,18 @@ def _window(prefix: Sequence[_Spec], cut: int) -> list[_Spec]:
     return out
 
 
+
+def _first_true(lo: int, hi: int, pred: Callable[[int], bool]) -> int:
+    """The smallest i in [lo, hi] with pred(i), for a pred that is false
+    then true over the range and true at hi (a bisection)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
 def _explain(key: str, specs: list[_Spec], tokens: _Tokens, budget: int) -> Window | None:
     def fails(sub: Sequence[_Spec], init: State) -> bool:
         # a probe out of budget proves nothing: the window just stays larger
@@ -731,14 +743,8 @@ def _explain(key: str, specs: list[_Spec], tokens: _Tokens, budget: int) -> Wind
     ends = sorted({s.op.complete for s in specs if s.mode == _FULL and s.op.complete is not None})
     if not ends:
         return None
-    lo, hi = 0, len(ends) - 1  # the whole history fails, so ends[-1]'s prefix does
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fails(_prefix(specs, ends[mid]), ABSENT):
-            hi = mid
-        else:
-            lo = mid + 1
-    until = ends[hi]
+    # the whole history fails, so ends[-1]'s prefix does
+    until = ends[_first_true(0, len(ends) - 1, lambda i: fails(_prefix(specs, ends[i]), ABSENT))]
     prefix = _prefix(specs, until)
     ending = [s for s in prefix if s.mode == _FULL and s.op.complete == until]
     culprit = max(ending, key=lambda s: (s.op.invoke, s.op.kind == READ))
@@ -759,13 +765,7 @@ def _explain(key: str, specs: list[_Spec], tokens: _Tokens, budget: int) -> Wind
             break
         passed = k
     if found >= 0:
-        a, b = passed + 1, found
-        while a < b:
-            mid = (a + b) // 2
-            if fails(_window(prefix, cuts[mid]), OPEN):
-                b = mid
-            else:
-                a = mid + 1
+        b = _first_true(passed + 1, found, lambda i: fails(_window(prefix, cuts[i]), OPEN))
         cut, window, init = cuts[b], _window(prefix, cuts[b]), OPEN
     else:
         cut, window, init = prefix[0].op.invoke, prefix, ABSENT

@@ -98,6 +98,14 @@ SWEEP_OPTIONS = (*SWEEP_GRID_OPTIONS, "grid", "out", "master", "task-size")
 SWEEP_FLAGS = ("quiet", "no-plots")
 
 
+
+def _spark_ready(prog: str) -> bool:
+    """Whether Spark can run here; if not, one line on stderr says why."""
+    why = spark_unavailable()
+    if why is not None:
+        print(f"{prog}: {why}", file=sys.stderr)
+    return why is None
+
 def sweep_main(argv: list[str]) -> int:
     from zabd.pipeline.grid import Grid, load_grid_file
 
@@ -145,9 +153,7 @@ def sweep_main(argv: list[str]) -> int:
     except (UsageError, GridError) as exc:
         print(f"zabd pipeline sweep: {exc}", file=sys.stderr)
         return 2
-    why = spark_unavailable()
-    if why is not None:
-        print(f"zabd pipeline sweep: {why}", file=sys.stderr)
+    if not _spark_ready("zabd pipeline sweep"):
         return 2
     return run_sweep_cli(
         grid, out, p.values.get("master"), task_size, "quiet" not in p.flags, "no-plots" not in p.flags
@@ -211,9 +217,7 @@ def audit_main(argv: list[str]) -> int:
     except UsageError as exc:
         print(f"zabd pipeline audit: {exc}", file=sys.stderr)
         return 2
-    why = spark_unavailable()
-    if why is not None:
-        print(f"zabd pipeline audit: {why}", file=sys.stderr)
+    if not _spark_ready("zabd pipeline audit"):
         return 2
     from zabd.pipeline.audit import audit, format_audit
     from zabd.pipeline.session import Progress, describe_error, get_session

@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import socket
 import ssl
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
-from zabd.codec.framing import FrameError
+from zabd.codec.framing import FrameError, no_delay
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, PeerEvent, PeerSession
@@ -55,13 +54,6 @@ def _same(link: PeerLink) -> PeerLink:
     return link
 
 
-def _nodelay(transport: asyncio.BaseTransport) -> None:
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 def _peername(transport: asyncio.BaseTransport) -> str:
     peer = transport.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -78,7 +70,7 @@ class _Link(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it
         self.transport = cast(asyncio.Transport, transport)
-        _nodelay(transport)
+        no_delay(transport)
         self.addr = _peername(transport)
         self.tls = transport.get_extra_info("ssl_object") is not None
 
