@@ -45,6 +45,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quiet", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="out/nemesis")
+    p.add_argument("--no-audit", action="store_true",
+                   help="skip `zabd pipeline audit` of the data directories after each run (it needs Spark)")
     args = p.parse_args(argv)
     try:
         names = _names(args.nemesis)
@@ -65,7 +67,8 @@ def main(argv: list[str]) -> int:
     summaries = []
     for n in sizes:
         for name in names:
-            cfg = RunConfig(name, n, args.seconds, args.interval, args.quiet, seed=args.seed, out=Path(args.out))
+            cfg = RunConfig(name, n, args.seconds, args.interval, args.quiet, seed=args.seed, out=Path(args.out),
+                            audit=not args.no_audit)
             print(f"== {name}, {n} nodes, {args.seconds:g} s", flush=True)
             summaries.append(asyncio.run(run(cfg, lambda line: print(line, flush=True))))
     print()

@@ -72,6 +72,17 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
+def _free_subnet(first: int) -> int:
+    """A 10.213.X.0/24 no interface here uses yet (labs of other processes
+    run at the same time), trying X = first, first+1, ... within 100..249."""
+    used = set(re.findall(r"inet 10\.213\.(\d+)\.", _run(["ip", "-o", "-4", "addr"], check=False).stdout))
+    for k in range(150):
+        x = 100 + (first - 100 + k) % 150
+        if str(x) not in used:
+            return x
+    raise NetLabError("no free 10.213.X.0/24 for another lab (150 labs at once?)")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -114,7 +125,7 @@ class NetLab:
         if len(self.tag) > 11:  # + "br" / "h12p": Linux interface names hold 15 characters
             raise ValueError(f"lab name {self.tag!r} is too long (at most 11 characters)")
         self.bridge = f"{self.tag}br"
-        self.subnet = 100 + (os.getpid() * 7 + count) % 150
+        self.subnet = _free_subnet(100 + (os.getpid() * 7 + count) % 150)
         self.root_addr = f"10.213.{self.subnet}.254"
         self.procs: list[subprocess.Popen[bytes]] = []
         self._forward_rule: list[str] | None = None

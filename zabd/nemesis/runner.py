@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -46,6 +47,7 @@ class RunConfig:
     keys: int = 5
     seed: int = 1
     out: Path = field(default_factory=lambda: Path("out/nemesis"))
+    audit: bool = False  # also ``zabd pipeline audit`` of the data directories (Spark)
 
 
 @dataclass(slots=True)
@@ -85,7 +87,10 @@ class LabCluster:
                 for i in range(1, n + 1):
                     self.mounts[i] = self._loop_fs(i)
             hosts = {i: self.lab.addr(i) for i in range(1, n + 1)}
-            self.cluster = LocalCluster(n, storage="disk", base_dir=base, hosts=hosts, spawn=self._spawn)
+            # Snapshots go on as usual, but no log is purged: the append check
+            # needs every node's whole log (a purge would hide a lost append).
+            self.cluster = LocalCluster(n, storage="disk", base_dir=base, hosts=hosts, spawn=self._spawn,
+                                        extra={"autopurge": False})
             self.cluster.start()
         except BaseException:
             self.close()
@@ -151,54 +156,59 @@ class Workload:
     async def register_client(self, cid: int, node: int) -> None:
         rng = random.Random(self.cfg.seed * 1000 + cid)
         seen: dict[str, int] = {}
-        client: Client | None = None
-        n = 0
-        while not self.stop.is_set():
-            n += 1
+
+        def next_op(n: int) -> Op:
             key = f"k{rng.randrange(self.cfg.keys)}"
             kind = rng.choice([PUT, READ, READ, CAS])
-            value = b"c%d-%d" % (cid, n)
-            op = self.history.invoke(cid, kind, key, time.monotonic_ns(), None if kind == READ else value,
-                                     seen.get(key, 0) if kind == CAS else 0)
+            value = None if kind == READ else b"c%d-%d" % (cid, n)
+            return self.history.invoke(cid, kind, key, time.monotonic_ns(), value,
+                                       seen.get(key, 0) if kind == CAS else 0)
+
+        async def perform(client: Client, op: Op) -> None:
             try:
-                if client is None:
-                    client = await Client.connect(self.cluster.client_addr(node), timeout=1.0, read_retry=1.0)
-                if kind == PUT:
-                    r = await client.put(key, value)
+                if op.kind == PUT:
+                    r = await client.put(op.key, op.value or b"")
                     self._done(op, OK, version=r.version, zxid=r.zxid)
-                elif kind == CAS:
-                    r = await client.cas(key, op.expect, value)
+                elif op.kind == CAS:
+                    r = await client.cas(op.key, op.expect, op.value or b"")
                     self._done(op, OK, version=r.version, zxid=r.zxid)
                 else:
                     await client.sync()
-                    g = await client.get(key)
+                    g = await client.get(op.key)
                     History.complete(op, time.monotonic_ns(), OK, value=g.value, version=g.version)
-                seen[key] = op.version
             except ZabdError as exc:
-                if exc.code in ("bad_version", "no_node"):  # ordered like a write: it saw another version
-                    History.complete(op, time.monotonic_ns(), OK, code=exc.code, version=exc.version, zxid=exc.zxid)
-                    seen[key] = exc.version
-                else:
-                    self._failed(op, exc)
-                    client = await self._reset(client)
-            except (OSError, TimeoutError):
-                History.complete(op, 0, UNKNOWN)
-                client = await self._reset(client)
-        if client is not None:
-            await client.close()
+                if exc.code not in ("bad_version", "no_node"):
+                    raise
+                # a failed condition was ordered like a write: it saw another version
+                History.complete(op, time.monotonic_ns(), OK, code=exc.code, version=exc.version, zxid=exc.zxid)
+                seen[op.key] = exc.version
+                return
+            seen[op.key] = op.version
+
+        await self._client_loop(node, next_op, perform)
 
     async def append_client(self, cid: int, node: int) -> None:
+        def next_op(n: int) -> Op:
+            return self.history.invoke(cid, APPEND, "log", time.monotonic_ns(), APPEND_PREFIX + b"%d-%d" % (cid, n))
+
+        async def perform(client: Client, op: Op) -> None:
+            self._done(op, OK, zxid=await client.propose(op.value or b""))
+
+        await self._client_loop(node, next_op, perform)
+
+    async def _client_loop(self, node: int, next_op: Callable[[int], Op],
+                           perform: Callable[[Client, Op], Awaitable[None]]) -> None:
+        """Operations one after another on one node until told to stop; an
+        error closes the connection and the next operation reconnects."""
         client: Client | None = None
         n = 0
         while not self.stop.is_set():
             n += 1
-            value = APPEND_PREFIX + b"%d-%d" % (cid, n)
-            op = self.history.invoke(cid, APPEND, "log", time.monotonic_ns(), value)
+            op = next_op(n)
             try:
                 if client is None:
                     client = await Client.connect(self.cluster.client_addr(node), timeout=1.0, read_retry=1.0)
-                z = await client.propose(value)
-                self._done(op, OK, zxid=z)
+                await perform(client, op)
             except ZabdError as exc:
                 self._failed(op, exc)
                 client = await self._reset(client)
@@ -297,11 +307,17 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
             notes.append(f"logs compared after {start - 1:#x} (purged below)")
     finally:
         target.close()
+    dirs = [str(base / f"data{i}") for i in range(1, cfg.nodes + 1)]
     verify_ok = all(
-        subprocess.run([sys.executable, "-m", "zabd", "log", "verify", str(base / f"data{i}")],
-                       capture_output=True).returncode == 0
-        for i in range(1, cfg.nodes + 1)
+        subprocess.run([sys.executable, "-m", "zabd", "log", "verify", d], capture_output=True).returncode == 0
+        for d in dirs
     )
+    if cfg.audit:
+        audit = subprocess.run([sys.executable, "-m", "zabd", "pipeline", "audit", *dirs], capture_output=True,
+                               text=True, timeout=900)
+        verify_ok = verify_ok and audit.returncode == 0
+        notes.append("audit: " + (audit.stdout.strip().splitlines() or ["no output"])[-1]
+                     if audit.returncode == 0 else f"audit failed: {audit.stderr.strip()[-300:]}")
     register = [op for op in history if op.kind != APPEND]
     appends = [op for op in history if op.kind == APPEND]
     result = check(register)
