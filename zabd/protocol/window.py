@@ -19,6 +19,7 @@ the shared prefix ends at (1,1): (1,2) is the leader's, never the follower's.)
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 
 from zabd.protocol.messages import SyncInfo, Txn
@@ -34,6 +35,11 @@ def epoch_ends(txns: Iterable[Txn]) -> dict[int, int]:
     return ends
 
 
+def txn_zxid(txn: Txn) -> int:
+    """The bisect key of a history (``bisect_left(history, z, key=txn_zxid)``)."""
+    return txn.zxid
+
+
 def window_ends(history: Sequence[Txn]) -> tuple[int, ...]:
     """The last zxid of each epoch in ``history``, ascending: a few bisects
     instead of a pass over every txn (epochs are contiguous runs)."""
@@ -43,16 +49,8 @@ def window_ends(history: Sequence[Txn]) -> tuple[int, ...]:
     while i < n:
         epoch = history[i].zxid >> 32
         # the first index of a later epoch
-        lo, hi = i, n
-        limit = (epoch + 1) << 32
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if history[mid].zxid < limit:
-                lo = mid + 1
-            else:
-                hi = mid
-        out.append(history[lo - 1].zxid)
-        i = lo
+        i = bisect_left(history, (epoch + 1) << 32, i, n, key=txn_zxid)
+        out.append(history[i - 1].zxid)
     return tuple(out)
 
 

@@ -23,6 +23,7 @@ with hand-made histories; :meth:`observe` adapts the core's effects to them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ from zabd.protocol.effects import (
 )
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import LEADING, Node
+from zabd.protocol.window import txn_zxid
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +144,7 @@ class SafetyChecker:
         idx = start - 1 if start > 0 else 0
         n = len(history)
         if start == 0 or idx >= n:
-            idx = _bisect_txns(history, last_committed)
+            idx = bisect_left(history, last_committed, key=txn_zxid)
         else:
             while idx < n and history[idx].zxid < last_committed:
                 idx += 1
@@ -179,7 +181,7 @@ class SafetyChecker:
                 if epoch > last_epoch:
                     lh = self._histories.get(leader, ())
                     for txn in new:
-                        j = _bisect_txns(lh, txn.zxid)
+                        j = bisect_left(lh, txn.zxid, key=txn_zxid)
                         if j >= len(lh) or lh[j] != txn:
                             self._fail(
                                 tick,
@@ -232,14 +234,3 @@ class SafetyChecker:
 
 def _in_memory(node: Node) -> Sequence[Txn]:
     return node.history
-
-
-def _bisect_txns(history: Sequence[Txn], z: int) -> int:
-    lo, hi = 0, len(history)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if history[mid].zxid < z:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
