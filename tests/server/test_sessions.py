@@ -10,6 +10,8 @@ from zabd.codec import client as schema
 from zabd.codec import peer as wire
 from zabd.codec.framing import FrameError, FrameReader, frame
 from zabd.kv import KVMachine
+from zabd.kv.kvmachine import KV_MAGIC
+from zabd.kv.store import BAD_VERSION, encode_err
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import AckEpoch, AckLeader, Commit, NewLeader, Txn, Vote
 from zabd.protocol.node import LEADING, Node
@@ -207,3 +209,57 @@ def test_a_write_with_no_leader_is_refused_as_not_applied() -> None:
     (answer,) = s.take_output()
     got = msgpack.unpackb(answer[4:])
     assert got["error"] == schema.NO_LEADER and got["retryable"] is True
+
+
+def test_a_committed_write_is_answered_with_its_result_even_across_a_leader_change() -> None:
+    """Found by ``zabd nemesis --nemesis kill-leader``: a follower answered a
+    forwarded cas that the leader had committed as a failed condition with
+    "ok" once the leader died, before it applied the txn. It must wait for
+    the txn and answer with what it did."""
+    node = Node(2, [1, 3], 7, SERVER)
+    node.on_message(3, NewLeader(1, ()), 5)  # follows 3, in sync
+    node.take_effects()
+    machine = KVMachine()
+    path = ProposalPath(node, machine, Links(), Position(), max_inflight=8)
+    s = ClientSession(1 << 20)
+    path.submit(s, 1, ("cas", "k", b"v", 4))  # the key is absent: the leader orders a bad_version
+    z = zx.make(1, 1)
+    path.on_forward_ok(wire.ForwardOk(1, z))  # committed at the leader, not applied here
+    path.leader_changed("lost the connection to the leader")
+    assert s.take_output() == []  # committed: not "unknown", and not "ok" either before it is applied
+    machine.apply(Txn(z, KV_MAGIC + encode_err(BAD_VERSION, "k", 0)))
+    Position.applied = z
+    path.on_applied(z)
+    (answer,) = s.take_output()
+    got = msgpack.unpackb(answer[4:])
+    assert got["ok"] is False and got["error"] == BAD_VERSION and got["zxid"] == z
+    Position.applied = 0
+
+
+def test_a_write_whose_result_is_unknown_here_is_never_ok() -> None:
+    node = Node(2, [1, 3], 7, SERVER)
+    node.on_message(3, NewLeader(1, ()), 5)
+    node.take_effects()
+    path = ProposalPath(node, KVMachine(), Links(), Position(), max_inflight=8)
+    s = ClientSession(1 << 20)
+    path.submit(s, 1, ("put", "k", b"v", 0))
+    path.submit(s, 2, b"raw")
+    path.sync(s, 3)
+    path.on_forward_ok(wire.ForwardOk(1, zx.make(1, 1)))
+    path.on_forward_ok(wire.ForwardOk(2, zx.make(1, 2)))
+    path.on_forward_ok(wire.ForwardOk(3, zx.make(1, 2)))
+    path.shutting_down()  # nothing of it was applied here
+    out = [msgpack.unpackb(f[4:]) for f in s.take_output()]
+    assert out[0]["error"] == schema.LEADER_LOST  # committed, result unknown: the client says "unknown"
+    assert out[1]["ok"] is True  # a raw write's answer is only "committed"
+    assert out[2]["error"] == schema.SHUTTING_DOWN  # a sync wrote nothing: retry elsewhere
+    # a snapshot install skipped the txn here: committed, result unknown
+    s2 = ClientSession(1 << 20)
+    path2 = ProposalPath(node, KVMachine(), Links(), Position(), max_inflight=8)
+    path2.submit(s2, 7, ("put", "k", b"v", 0))
+    path2.on_forward_ok(wire.ForwardOk(1, zx.make(1, 5)))  # its first forward
+    Position.applied = zx.make(1, 9)
+    path2.on_applied(Position.applied)
+    (answer,) = s2.take_output()
+    assert msgpack.unpackb(answer[4:])["error"] == schema.LEADER_LOST
+    Position.applied = 0

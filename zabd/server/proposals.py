@@ -265,14 +265,28 @@ class ProposalPath:
             self._fail(reply, schema.NO_LEADER, "leadership lost before this was proposed; retry")
 
     def leader_changed(self, why: str) -> None:
-        """A follower's leader changed or its link broke."""
+        """A follower's leader changed or its link broke: a forwarded write
+        not answered yet may or may not commit. One the leader committed
+        already stays where it is: it is answered when this replica applies
+        it, with its result (a cas the leader turned into ``bad_version`` is
+        committed too, and only the applied txn says which it was)."""
         forwarded, self.forwarded = self.forwarded, {}
         for reply in forwarded.values():
             self._fail(reply, schema.LEADER_LOST, f"{why}; the outcome is unknown")
-        # committed at the leader already: durable on a quorum, so a success
+
+    def shutting_down(self) -> None:
+        """Answer everyone: this replica will apply nothing more."""
+        self.leadership_lost()
+        self.leader_changed("server shutting down")
         done, self.committed_elsewhere = self.committed_elsewhere, deque()
         for z, local in done:
-            self._succeed(local, z)
+            if local.kind == RAW:  # committed on a quorum: that is all a raw write's answer says
+                self._succeed(local, z)
+            elif local.kind == SYNC:  # nothing was written: safe to ask again
+                self._fail(local, schema.SHUTTING_DOWN, "server shutting down; retry")
+            else:
+                self._fail(local, schema.LEADER_LOST, "committed, but the server shut down before it applied "
+                           "the write here: its result (ok or a failed condition) is unknown; read the key")
 
     def _succeed(self, reply: Reply, z: int) -> None:
         if isinstance(reply, PeerReply):
@@ -289,8 +303,13 @@ class ProposalPath:
     def _kv_answer(self, rid: int, z: int) -> bytes:
         res = self.kv.result(z) if self.kv is not None else None
         if res is None:
-            # applied before a snapshot install replaced the state here: committed, result not known
-            return frame({"v": 1, "id": rid, "ok": True, "zxid": z, "version": -1})
+            # A snapshot install replaced the state here past z: the txn is
+            # committed, but whether it set the key or was a failed condition
+            # is not known here. Never "ok" for what may have been a failure.
+            body = schema.error_body(rid, schema.LEADER_LOST, "committed, but its result (ok or a failed condition) "
+                                     "is not known on this server (a snapshot replaced its state); read the key")
+            body["zxid"] = z
+            return frame(body)
         if res.code == OK:
             return frame({"v": 1, "id": rid, "ok": True, "zxid": z, "version": res.version})
         body = schema.error_body(rid, res.code, f"condition failed: {res.code} (version {res.version})")

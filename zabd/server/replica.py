@@ -204,8 +204,7 @@ class Replica:
                 await action()
             except Exception as exc:  # logged: a shutdown goes on, but never silently
                 self.log.error("shutdown step failed", step=step, error=f"{type(exc).__name__}: {exc}")
-        self.proposals.leadership_lost()
-        self.proposals.leader_changed("server shutting down")
+        self.proposals.shutting_down()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
