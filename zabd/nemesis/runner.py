@@ -131,7 +131,9 @@ class LabCluster:
         m = self.mounts.get(node)
         return str(m) if m is not None else None
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Stop the servers and tear the network down; the data stays mounted
+        for the checks that read it (``unmount`` after them)."""
         for mnt in self.mounts.values():
             subprocess.run(["fsfreeze", "-u", str(mnt)], capture_output=True)
         if hasattr(self, "cluster"):
@@ -140,8 +142,15 @@ class LabCluster:
                     self.resume(i)
             self.cluster.stop()
         self.lab.close()
+
+    def unmount(self) -> None:
         for mnt in self.mounts.values():
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        self.mounts.clear()
+
+    def close(self) -> None:
+        self.stop()
+        self.unmount()
 
 
 class Workload:
@@ -305,19 +314,24 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         logs_agree = all(log_ == logs[1] for log_ in logs.values())
         if start > 1:
             notes.append(f"logs compared after {start - 1:#x} (purged below)")
-    finally:
+    except BaseException:
         target.close()
-    dirs = [str(base / f"data{i}") for i in range(1, cfg.nodes + 1)]
-    verify_ok = all(
-        subprocess.run([sys.executable, "-m", "zabd", "log", "verify", d], capture_output=True).returncode == 0
-        for d in dirs
-    )
-    if cfg.audit:
-        audit = subprocess.run([sys.executable, "-m", "zabd", "pipeline", "audit", *dirs], capture_output=True,
-                               text=True, timeout=900)
-        verify_ok = verify_ok and audit.returncode == 0
-        notes.append("audit: " + (audit.stdout.strip().splitlines() or ["no output"])[-1]
-                     if audit.returncode == 0 else f"audit failed: {audit.stderr.strip()[-300:]}")
+        raise
+    target.stop()
+    try:
+        dirs = [str(base / f"data{i}") for i in range(1, cfg.nodes + 1)]
+        verify_ok = all(
+            subprocess.run([sys.executable, "-m", "zabd", "log", "verify", d], capture_output=True).returncode == 0
+            for d in dirs
+        )
+        if cfg.audit:
+            audit = subprocess.run([sys.executable, "-m", "zabd", "pipeline", "audit", *dirs], capture_output=True,
+                                   text=True, timeout=900)
+            verify_ok = verify_ok and audit.returncode == 0
+            notes.append("audit: " + (audit.stdout.strip().splitlines() or ["no output"])[-1]
+                         if audit.returncode == 0 else f"audit failed: {audit.stderr.strip()[-300:]}")
+    finally:
+        target.unmount()  # the loop disks of slow-disk: the checks above read them
     register = [op for op in history if op.kind != APPEND]
     appends = [op for op in history if op.kind == APPEND]
     result = check(register)
