@@ -3,35 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
+from tests.client.cli_support import zabd
 from zabd.client.spawn import LocalCluster
-
-
-def zabd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
-    return subprocess.run(
-        [sys.executable, "-m", "zabd", *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    import asyncio
-
-    c = LocalCluster(3)
-    try:
-        c.start()
-        asyncio.run(c.wait_leader())
-        yield c
-    finally:
-        c.stop()
 
 
 def test_propose_status_log_json(cluster: LocalCluster) -> None:

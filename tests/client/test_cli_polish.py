@@ -10,33 +10,19 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.client.cli_support import zabd
 from zabd.cli import COMMANDS
 from zabd.client.spawn import LocalCluster
 
 ZXID = re.compile(r"[0-9]+:[0-9]+")
 
 
-def zabd(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")} | (env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "zabd", *args], capture_output=True, text=True, timeout=timeout, env=clean, check=False
-    )
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    c = LocalCluster(3)
-    try:
-        c.start()
-        asyncio.run(c.wait_leader())
-        yield c
-    finally:
-        c.stop()
 
 
 def test_version() -> None:
