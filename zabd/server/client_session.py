@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zabd.codec.framing import FrameReader
+from zabd.server.auth import RW
 
 MAX_OUTSTANDING = 4096  # requests in flight on one connection before reading pauses
 
@@ -36,7 +37,7 @@ class ClientSession:
         self.reading_paused = False
         self.watch_id: int | None = None
         self.watch_next = 0  # first zxid the watcher has not been sent
-        self.role: str | None = "rw"  # None until a client proves who it is (zabd.server.auth)
+        self.role: str | None = RW  # None until a client proves who it is (zabd.server.auth)
         # told when output appears, so that a transport writes only the
         # connections that have something to say
         self.on_output: Callable[[], None] | None = None

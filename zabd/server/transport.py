@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from zabd.codec.framing import FrameError, no_delay
+from zabd.server.auth import RW
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, PeerEvent, PeerSession
@@ -159,7 +160,7 @@ class ClientLink(_Link):
         self.net.clients.add(self)
         # a verified client certificate is an identity; else a token is needed, if the server asks for one
         has_cert = bool(transport.get_extra_info("peercert"))
-        self.session.role = "rw" if has_cert or not self.net.auth_required else None
+        self.session.role = RW if has_cert or not self.net.auth_required else None
 
     def take_output(self, now: float) -> list[bytes]:
         return self.session.take_output()
