@@ -1,0 +1,145 @@
+"""ACLs as ZooKeeper defines them: ids, permissions and the checks.
+
+An ACL entry grants ``perms`` to an ``Id(scheme, id)``. Schemes: ``world``
+(only ``anyone``), ``auth`` (at create or setACL, expanded to every
+authenticated id of the requester), ``digest`` (``user:base64(sha1(user:pw))``)
+and ``ip`` (an address, or a network as ``addr/bits``). A session holds the
+ids it proved: ``ip:<its address>`` always, ``digest:...`` after ``addauth``,
+and ``super`` when that digest is the configured superuser's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from zabd.kv.zk.errors import Code, ZKError
+
+READ = 1
+WRITE = 2
+CREATE = 4
+DELETE = 8
+ADMIN = 16
+ALL = READ | WRITE | CREATE | DELETE | ADMIN
+
+
+class Id(NamedTuple):
+    scheme: str
+    id: str
+
+
+class ACL(NamedTuple):
+    perms: int
+    id: Id
+
+
+ANYONE = Id("world", "anyone")
+SUPER = Id("super", "")
+OPEN_ACL_UNSAFE: tuple[ACL, ...] = (ACL(ALL, ANYONE),)
+CREATOR_ALL_ACL: tuple[ACL, ...] = (ACL(ALL, Id("auth", "")),)
+READ_ACL_UNSAFE: tuple[ACL, ...] = (ACL(READ, ANYONE),)
+
+# Schemes whose ids prove who a client is (``auth`` expands to these only):
+# an ip address is not an identity in ZooKeeper's sense.
+AUTHENTICATED_SCHEMES = frozenset({"digest"})
+
+
+def digest_id(user: str, password: str) -> str:
+    """ZooKeeper's digest id: ``user:base64(sha1("user:password"))``."""
+    raw = hashlib.sha1(f"{user}:{password}".encode()).digest()  # ZooKeeper's format, not a choice
+    return f"{user}:{base64.b64encode(raw).decode()}"
+
+
+def digest_auth(credentials: str, super_digest: str | None = None) -> tuple[Id, ...]:
+    """The ids an ``addauth digest user:password`` proves (``super`` too when
+    it matches the configured ``super_digest``, as ZooKeeper's provider does)."""
+    user, sep, password = credentials.partition(":")
+    if not sep:
+        raise ZKError(Code.AUTH_FAILED)
+    did = digest_id(user, password)
+    return (Id("digest", did), SUPER) if super_digest is not None and did == super_digest else (Id("digest", did),)
+
+
+def _valid_ip(spec: str) -> bool:
+    addr, sep, bits = spec.partition("/")
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    if not sep:
+        return True
+    return bits.isdigit() and 0 <= int(bits) <= ip.max_prefixlen
+
+
+def _valid(id_: Id) -> bool:
+    if id_.scheme == "digest":
+        return len(id_.id.split(":")) == 2
+    if id_.scheme == "ip":
+        return _valid_ip(id_.id)
+    return False
+
+
+def fixup(path: str, auth: Sequence[Id], acl: Sequence[ACL]) -> tuple[ACL, ...]:
+    """ZooKeeper's ``fixupACL``: drop duplicates, refuse malformed or unknown
+    entries, expand ``auth`` to the requester's authenticated ids."""
+    unique: list[ACL] = []
+    for entry in acl:
+        if entry not in unique:
+            unique.append(entry)
+    if not unique:
+        raise ZKError(Code.INVALID_ACL, path)
+    out: list[ACL] = []
+    for entry in unique:
+        id_ = entry.id
+        if id_ == ANYONE:
+            out.append(entry)
+        elif id_.scheme == "auth":
+            mine = [ACL(entry.perms, a) for a in auth if a.scheme in AUTHENTICATED_SCHEMES]
+            if not mine:
+                raise ZKError(Code.INVALID_ACL, path)
+            out.extend(mine)
+        elif _valid(id_):
+            out.append(entry)
+        else:
+            raise ZKError(Code.INVALID_ACL, path)
+    return tuple(out)
+
+
+def _ip_matches(client: str, spec: str) -> bool:
+    try:
+        if "/" in spec:
+            return ipaddress.ip_address(client) in ipaddress.ip_network(spec, strict=False)
+        return ipaddress.ip_address(client) == ipaddress.ip_address(spec)
+    except ValueError:
+        return False
+
+
+def allowed(acl: Sequence[ACL], perm: int, auth: Sequence[Id]) -> bool:
+    """ZooKeeper's ``checkACL``: an empty ACL or the superuser allows all;
+    otherwise an entry that grants any bit of ``perm`` to one of ``auth``."""
+    if not acl or SUPER in auth:
+        return True
+    for entry in acl:
+        if not entry.perms & perm:
+            continue
+        id_ = entry.id
+        if id_ == ANYONE:
+            return True
+        for mine in auth:
+            if mine.scheme != id_.scheme:
+                continue
+            if mine.scheme == "ip":
+                if _ip_matches(mine.id, id_.id):
+                    return True
+            elif mine.id == id_.id:
+                return True
+    return False
+
+
+def check(acl: Sequence[ACL], perm: int, auth: Sequence[Id], path: str = "") -> None:
+    """ZKError(NO_AUTH) unless ``auth`` may do ``perm`` on a node with ``acl``."""
+    if not allowed(acl, perm, auth):
+        raise ZKError(Code.NO_AUTH, path)

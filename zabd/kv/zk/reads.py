@@ -1,0 +1,74 @@
+"""Reads, served by the replica that holds the session's connection, from
+its own tree (ZooKeeper's ``FinalRequestProcessor`` for the read opcodes):
+the ACL checks and the answers, no watches (the session layer sets those)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from zabd.kv.zk import acl as acls
+from zabd.kv.zk.acl import ACL, Id
+from zabd.kv.zk.errors import Code, ZKError
+from zabd.kv.zk.records import (
+    ACLResult,
+    ChildrenResult,
+    CountResult,
+    DataResult,
+    ErrorResult,
+    Exists,
+    ExistsResult,
+    GetACL,
+    GetAllChildrenNumber,
+    GetChildren,
+    GetData,
+    GetEphemerals,
+    PathsResult,
+    Read,
+    ReadResult,
+)
+from zabd.kv.zk.tree import DataTree, ZNode
+
+
+def _node(tree: DataTree, path: str, perm: int, auth: Sequence[Id]) -> ZNode:
+    node = tree.nodes.get(path)
+    if node is None:
+        raise ZKError(Code.NO_NODE, path)
+    acls.check(node.acl, perm, auth, path)
+    return node
+
+
+def _redacted(acl: tuple[ACL, ...]) -> tuple[ACL, ...]:
+    # without ADMIN a client sees who may do what, not the digests
+    return tuple(ACL(a.perms, acls.Id(a.id.scheme, a.id.id.split(":", 1)[0] + ":x")) if a.id.scheme == "digest"
+                 else a for a in acl)
+
+
+def serve(tree: DataTree, req: Read, auth: Sequence[Id], session: int) -> ReadResult:
+    """The answer to ``req`` from this tree (an ErrorResult on failure)."""
+    try:
+        if isinstance(req, GetData):
+            node = _node(tree, req.path, acls.READ, auth)
+            return DataResult(node.data, node.stat())
+        if isinstance(req, Exists):
+            if "\0" in req.path:
+                raise ZKError(Code.BAD_ARGUMENTS, req.path)
+            return ExistsResult(tree.stat(req.path))
+        if isinstance(req, GetChildren):
+            node = _node(tree, req.path, acls.READ, auth)
+            return ChildrenResult(tree.children_of(req.path), node.stat() if req.with_stat else None)
+        if isinstance(req, GetACL):
+            node = _node(tree, req.path, acls.READ | acls.ADMIN, auth)
+            acl = node.acl if acls.allowed(node.acl, acls.ADMIN, auth) else _redacted(node.acl)
+            return ACLResult(acl, node.stat())
+        if isinstance(req, GetEphemerals):
+            mine = tree.ephemerals_of(session)
+            prefix = req.prefix.strip()
+            if prefix and prefix != "/":
+                mine = [p for p in mine if p.startswith(req.prefix)]
+            return PathsResult(mine)
+        if isinstance(req, GetAllChildrenNumber):
+            _node(tree, req.path, acls.READ, auth)
+            return CountResult(tree.descendants(req.path))
+    except ZKError as exc:
+        return ErrorResult(exc.code)
+    raise TypeError(f"{req!r} is not a ZooKeeper read")

@@ -1,0 +1,237 @@
+"""Requests, results and ``Stat``: ZooKeeper's records, as Python values.
+
+Writes (``Create`` .. ``CloseSession``) are decided by the leader
+(``zabd.kv.zk.prep``) and reach every replica as txns; reads are served by
+the replica that holds the session's connection (``zabd.kv.zk.reads``).
+Field names follow ZooKeeper's jute records so a wire codec maps them 1:1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from zabd.kv.zk.acl import ACL, OPEN_ACL_UNSAFE
+from zabd.kv.zk.errors import Code
+
+# CreateMode flags, ZooKeeper's numbers
+PERSISTENT = 0
+EPHEMERAL = 1
+PERSISTENT_SEQUENTIAL = 2
+EPHEMERAL_SEQUENTIAL = 3
+CONTAINER = 4
+PERSISTENT_WITH_TTL = 5
+PERSISTENT_SEQUENTIAL_WITH_TTL = 6
+CREATE_MODES = frozenset(range(7))
+SEQUENTIAL_MODES = frozenset({PERSISTENT_SEQUENTIAL, EPHEMERAL_SEQUENTIAL, PERSISTENT_SEQUENTIAL_WITH_TTL})
+EPHEMERAL_MODES = frozenset({EPHEMERAL, EPHEMERAL_SEQUENTIAL})
+TTL_MODES = frozenset({PERSISTENT_WITH_TTL, PERSISTENT_SEQUENTIAL_WITH_TTL})
+
+# ephemeralOwner values that are not sessions (ZooKeeper's EphemeralType)
+CONTAINER_OWNER = -(1 << 63)
+TTL_OWNER_BASE = -(1 << 56)  # 0xff00000000000000 as a signed long; | ttl
+MAX_TTL = (1 << 40) - 1
+
+
+def ttl_of(owner: int) -> int:
+    """The ttl (ms) of a TTL node's ephemeralOwner, 0 if it is not one."""
+    if owner < 0 and owner != CONTAINER_OWNER and (owner & ~MAX_TTL) == TTL_OWNER_BASE:
+        return owner & MAX_TTL
+    return 0
+
+
+class Stat(NamedTuple):
+    """Every field of ZooKeeper's ``Stat``, in its jute order."""
+
+    czxid: int
+    mzxid: int
+    ctime: int
+    mtime: int
+    version: int
+    cversion: int
+    aversion: int
+    ephemeralOwner: int
+    dataLength: int
+    numChildren: int
+    pzxid: int
+
+
+# --------------------------------------------------------------------- writes
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    path: str
+    data: bytes = b""
+    acl: tuple[ACL, ...] = OPEN_ACL_UNSAFE
+    mode: int = PERSISTENT
+    ttl: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SetACL:
+    path: str
+    acl: tuple[ACL, ...]
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    path: str
+    version: int
+
+
+MultiOp = Create | Delete | SetData | Check
+
+
+@dataclass(frozen=True, slots=True)
+class Multi:
+    ops: tuple[MultiOp, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSession:
+    """Proposed by the server that holds the new session's connection; the
+    timeout is already negotiated and the id already chosen (both there)."""
+
+    session_id: int
+    timeout_ms: int
+    password: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseSession:
+    """The requesting session ends (a client's close, or the leader's expiry)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteContainer:
+    """The leader's cleanup of an empty container or an expired TTL node."""
+
+    path: str
+
+
+Write = Create | Delete | SetData | SetACL | Check | Multi | CreateSession | CloseSession | DeleteContainer
+
+# ---------------------------------------------------------------------- reads
+
+
+@dataclass(frozen=True, slots=True)
+class GetData:
+    path: str
+    watch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Exists:
+    path: str
+    watch: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GetChildren:
+    path: str
+    watch: bool = False
+    with_stat: bool = False  # getChildren2
+
+
+@dataclass(frozen=True, slots=True)
+class GetACL:
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetEphemerals:
+    prefix: str = "/"
+
+
+@dataclass(frozen=True, slots=True)
+class GetAllChildrenNumber:
+    path: str
+
+
+Read = GetData | Exists | GetChildren | GetACL | GetEphemerals | GetAllChildrenNumber
+
+# -------------------------------------------------------------------- results
+
+
+class CreateResult(NamedTuple):
+    path: str
+    stat: Stat
+
+
+class DeleteResult(NamedTuple):
+    pass
+
+
+class StatResult(NamedTuple):
+    """setData and setACL: the node's Stat after the change."""
+
+    stat: Stat
+
+
+class CheckResult(NamedTuple):
+    pass
+
+
+class ErrorResult(NamedTuple):
+    code: Code
+
+
+class MultiResult(NamedTuple):
+    """One result per op; all ErrorResult when the multi failed (ZooKeeper's
+    codes: OK before the failed op, its error, RUNTIME_INCONSISTENCY after)."""
+
+    results: tuple[CreateResult | DeleteResult | StatResult | CheckResult | ErrorResult, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(type(r) is ErrorResult and r.code != Code.OK for r in self.results)
+
+
+class SessionResult(NamedTuple):
+    session_id: int
+
+
+class DataResult(NamedTuple):
+    data: bytes
+    stat: Stat
+
+
+class ExistsResult(NamedTuple):
+    stat: Stat | None
+
+
+class ChildrenResult(NamedTuple):
+    children: list[str]
+    stat: Stat | None  # getChildren2 only
+
+
+class ACLResult(NamedTuple):
+    acl: tuple[ACL, ...]
+    stat: Stat
+
+
+class PathsResult(NamedTuple):
+    paths: list[str]
+
+
+class CountResult(NamedTuple):
+    number: int
+
+
+WriteResult = CreateResult | DeleteResult | StatResult | CheckResult | ErrorResult | MultiResult | SessionResult
+ReadResult = DataResult | ExistsResult | ChildrenResult | ACLResult | PathsResult | CountResult | ErrorResult

@@ -1,0 +1,91 @@
+"""Sessions: ids, timeouts and the leader's expiry tracker.
+
+A session is created by the server that holds its connection (it picks the
+id and the password and proposes ``CreateSession``) and lives in the
+replicated session table until a ``CloseSession`` txn. The leader expires
+sessions: every server reports which sessions its connections kept alive
+(ZooKeeper's learner "touches"), and the leader proposes ``CloseSession`` for
+one that nobody touched within its timeout. A new leader gives every session
+in its table a full timeout from the moment it starts leading, as ZooKeeper
+does, so a leader change never expires a live client.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+MASK64 = (1 << 64) - 1
+
+
+def negotiate_timeout(requested_ms: int, tick_ms: int) -> int:
+    """ZooKeeper's bounds: between 2 and 20 ticks."""
+    return max(2 * tick_ms, min(20 * tick_ms, requested_ms))
+
+
+def _signed(v: int) -> int:
+    v &= MASK64
+    return v - (1 << 64) if v >> 63 else v
+
+
+class SessionIds:
+    """Unique ids across servers and restarts: the server id in the top byte
+    and the start time in ms in the 40 bits below it (ZooKeeper's
+    ``initializeNextSessionId``), then a counter."""
+
+    def __init__(self, server_id: int, now_ms: int) -> None:
+        if not 0 < server_id < 255:
+            raise ValueError(f"server id {server_id} does not fit a session id's top byte (1..254)")
+        self._next = ((now_ms << 24) & MASK64) >> 8 | (server_id << 56)
+
+    def next(self) -> int:
+        sid = _signed(self._next)
+        self._next += 1
+        return sid
+
+
+class ExpiryTracker:
+    """The leader's view of when each session was last heard of. ``expired``
+    is cheap when nothing is due: a heap of deadlines, stale entries skipped."""
+
+    def __init__(self) -> None:
+        self._deadline: dict[int, int] = {}
+        self._timeout: dict[int, int] = {}
+        self._heap: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._deadline)
+
+    def track(self, sid: int, timeout_ms: int, now_ms: int) -> None:
+        """A session the table holds (created, or found at leadership start)."""
+        self._timeout[sid] = timeout_ms
+        self.touch(sid, now_ms)
+
+    def touch(self, sid: int, now_ms: int) -> None:
+        timeout = self._timeout.get(sid)
+        if timeout is None:
+            return
+        deadline = now_ms + timeout
+        if self._deadline.get(sid, -1) < deadline:
+            self._deadline[sid] = deadline
+            heapq.heappush(self._heap, (deadline, sid))
+
+    def forget(self, sid: int) -> None:
+        self._deadline.pop(sid, None)
+        self._timeout.pop(sid, None)
+
+    def expired(self, now_ms: int) -> list[int]:
+        """Sessions past their deadline, oldest first; each is reported once
+        (forgotten here): the caller proposes its close."""
+        out = []
+        heap = self._heap
+        while heap and heap[0][0] <= now_ms:
+            deadline, sid = heapq.heappop(heap)
+            if self._deadline.get(sid) == deadline:
+                out.append(sid)
+                self.forget(sid)
+        return out
+
+    def clear(self) -> None:
+        self._deadline.clear()
+        self._timeout.clear()
+        self._heap.clear()

@@ -1,0 +1,456 @@
+"""The data tree and the session table: ZooKeeper's ``DataTree`` for zabd.
+
+``apply`` takes committed txns (``zabd.codec.zk_txn``) in zxid order and
+decides nothing: the leader already turned every request into its outcome
+(``zabd.kv.zk.prep``). It returns the client's result and what changed, for
+watches. The stat rules are ZooKeeper 3.8's:
+
+- create: the node gets czxid = mzxid = pzxid = zxid, ctime = mtime = the
+  txn's time; the parent's cversion becomes the txn's (the parent's cversion
+  + 1 when the leader decided) and its pzxid the zxid;
+- delete: the parent's pzxid becomes the zxid; its cversion does not change
+  (so sequential suffixes never repeat);
+- setData: mzxid, mtime and version from the txn; setACL: aversion.
+
+Znodes are immutable records replaced on change (only a parent's set of
+children is shared between its versions), so a snapshot is a shallow copy
+of one dict taken between two applies, encoded later on another thread.
+``digest`` is the sum of a 64-bit hash of every node (path, data, acl, stat)
+and session, kept up to date on each change (ZooKeeper 3.6's
+``digestEnabled``): two replicas at the same zxid compare it cheaply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import struct
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, NamedTuple, cast
+
+import msgpack
+
+from zabd.codec import zk_txn as tx
+from zabd.kv.zk.acl import ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
+from zabd.kv.zk.errors import Code
+from zabd.kv.zk.events import EventType, Trigger
+from zabd.kv.zk.paths import parent_of
+from zabd.kv.zk.records import (
+    CONTAINER_OWNER,
+    CheckResult,
+    CreateResult,
+    DeleteResult,
+    ErrorResult,
+    MultiResult,
+    SessionResult,
+    Stat,
+    StatResult,
+    WriteResult,
+    ttl_of,
+)
+
+MASK64 = (1 << 64) - 1
+DIGESTS_KEPT = 1024  # (zxid, digest) of the last applies, for status and audits
+_SNAP_FORMAT = 1
+_STAT = struct.Struct("<QQQqqiiiqi")
+_SESSION = struct.Struct("<qq")
+
+SPECIAL_PATHS = frozenset({"/", "/zookeeper", "/zookeeper/quota", "/zookeeper/config"})
+
+
+class ZNode:
+    """One znode. Never changed in place (a change makes a new one), except
+    ``children``: the full paths of its children, shared by its versions."""
+
+    __slots__ = ("data", "acl", "czxid", "mzxid", "pzxid", "ctime", "mtime",
+                 "version", "cversion", "aversion", "owner", "children")
+
+    def __init__(self, data: bytes, acl: tuple[ACL, ...], czxid: int, mzxid: int, pzxid: int, ctime: int,
+                 mtime: int, version: int, cversion: int, aversion: int, owner: int,
+                 children: set[str] | None) -> None:
+        self.data = data
+        self.acl = acl
+        self.czxid = czxid
+        self.mzxid = mzxid
+        self.pzxid = pzxid
+        self.ctime = ctime
+        self.mtime = mtime
+        self.version = version
+        self.cversion = cversion
+        self.aversion = aversion
+        self.owner = owner
+        self.children = children
+
+    def stat(self) -> Stat:
+        return Stat(self.czxid, self.mzxid, self.ctime, self.mtime, self.version, self.cversion, self.aversion,
+                    self.owner, len(self.data), len(self.children) if self.children else 0, self.pzxid)
+
+    def child_stat(self, pzxid: int, cversion: int, children: set[str] | None) -> ZNode:
+        return ZNode(self.data, self.acl, self.czxid, self.mzxid, pzxid, self.ctime, self.mtime, self.version,
+                     cversion, self.aversion, self.owner, children)
+
+
+class Session(NamedTuple):
+    timeout_ms: int
+    password: bytes
+
+
+class Applied(NamedTuple):
+    kind: int  # the txn's type (zabd.codec.zk_txn.T_*)
+    session: int  # the requesting session
+    result: WriteResult
+    triggers: list[Trigger]
+
+
+def _empty_node(acl: tuple[ACL, ...], aversion: int = 0) -> ZNode:
+    return ZNode(b"", acl, 0, 0, 0, 0, 0, 0, 0, aversion, 0, None)
+
+
+class DataTree:
+    def __init__(self) -> None:
+        self.nodes: dict[str, ZNode] = {}
+        self.sessions: dict[int, Session] = {}
+        self.ephemerals: dict[int, set[str]] = {}
+        self.containers: set[str] = set()
+        self.ttls: set[str] = set()
+        self.applied = 0
+        self.digest = 0
+        self.digests: deque[tuple[int, int]] = deque(maxlen=DIGESTS_KEPT)
+        self._acls: dict[tuple[ACL, ...], tuple[ACL, ...]] = {}
+        self._acl_bytes: dict[tuple[ACL, ...], bytes] = {}
+        # ZooKeeper's fixed nodes: /zookeeper/config is READ for anyone, set
+        # with aversion -1 as its DataTree does
+        for path, acl, aversion in (("/", OPEN_ACL_UNSAFE, 0), ("/zookeeper", OPEN_ACL_UNSAFE, 0),
+                                    ("/zookeeper/quota", OPEN_ACL_UNSAFE, 0),
+                                    ("/zookeeper/config", READ_ACL_UNSAFE, -1)):
+            self._put(path, _empty_node(self._intern(acl), aversion))
+            if path != "/":
+                self._link(path)
+
+    # ------------------------------------------------------------ internals
+
+    def _intern(self, acl: tuple[ACL, ...]) -> tuple[ACL, ...]:
+        # one tuple per distinct ACL (ZooKeeper's ACL cache): a node holds a
+        # reference, not a copy
+        return self._acls.setdefault(acl, acl)
+
+    def _hash(self, path: str, node: ZNode) -> int:
+        acl = node.acl
+        ab = self._acl_bytes.get(acl)
+        if ab is None:
+            ab = self._acl_bytes[acl] = msgpack.packb(tx.pack_acl(acl))
+        h = hashlib.blake2b(path.encode(), digest_size=8)
+        h.update(_STAT.pack(node.czxid, node.mzxid, node.pzxid, node.ctime, node.mtime, node.version,
+                            node.cversion, node.aversion, node.owner, len(node.children) if node.children else 0))
+        h.update(ab)
+        h.update(node.data)
+        return int.from_bytes(h.digest(), "little")
+
+    def _put(self, path: str, node: ZNode) -> None:
+        old = self.nodes.get(path)
+        if old is not None:
+            self.digest = (self.digest - self._hash(path, old)) & MASK64
+        self.nodes[path] = node
+        self.digest = (self.digest + self._hash(path, node)) & MASK64
+
+    def _drop(self, path: str) -> ZNode:
+        node = self.nodes.pop(path)
+        self.digest = (self.digest - self._hash(path, node)) & MASK64
+        return node
+
+    def _relink(self, ppath: str, parent: ZNode, add: str | None, remove: str | None, pzxid: int,
+                cversion: int) -> None:
+        """The parent with a child added or removed and its new pzxid and
+        cversion. Its old hash is taken before the shared set changes."""
+        old = self._hash(ppath, parent)
+        kids = parent.children
+        if add is not None:
+            if kids is None:
+                kids = set()
+            kids.add(add)
+        if remove is not None and kids is not None:
+            kids.discard(remove)
+        new = parent.child_stat(pzxid, cversion, kids or None)
+        self.nodes[ppath] = new
+        self.digest = (self.digest - old + self._hash(ppath, new)) & MASK64
+
+    def _link(self, path: str) -> None:
+        """Add a fixed node to its parent's children."""
+        ppath = parent_of(path)
+        parent = self.nodes[ppath]
+        self._relink(ppath, parent, path, None, parent.pzxid, parent.cversion)
+
+    def _index(self, path: str, owner: int) -> None:
+        if owner == 0:
+            return
+        if owner == CONTAINER_OWNER:
+            self.containers.add(path)
+        elif ttl_of(owner):
+            self.ttls.add(path)
+        else:
+            self.ephemerals.setdefault(owner, set()).add(path)
+
+    def _unindex(self, path: str, owner: int) -> None:
+        if owner == 0:
+            return
+        if owner == CONTAINER_OWNER:
+            self.containers.discard(path)
+        elif ttl_of(owner):
+            self.ttls.discard(path)
+        else:
+            mine = self.ephemerals.get(owner)
+            if mine is not None:
+                mine.discard(path)
+                if not mine:
+                    del self.ephemerals[owner]
+
+    def _session_hash(self, sid: int, s: Session) -> int:
+        h = hashlib.blake2b(_SESSION.pack(sid, s.timeout_ms), digest_size=8, person=b"session")
+        h.update(s.password)
+        return int.from_bytes(h.digest(), "little")
+
+    # ----------------------------------------------------------------- apply
+
+    def apply(self, zxid: int, payload: bytes) -> Applied:
+        """Apply one committed ZK txn (ValueError if it is malformed: the
+        same on every replica, and nothing changed)."""
+        kind, time_ms, session, *fields = tx.decode(payload)
+        triggers: list[Trigger] = []
+        try:
+            if kind == tx.T_MULTI:
+                result: WriteResult = self._multi(zxid, time_ms, session, fields[0], triggers)
+            elif kind == tx.T_CREATE_SESSION:
+                result = self._create_session(session, int(fields[0]), bytes(fields[1]))
+            elif kind == tx.T_CLOSE_SESSION:
+                result = self._close_session(zxid, session, fields[0], triggers)
+            else:
+                result = self._op(zxid, time_ms, session, kind, fields, triggers)
+        except (TypeError, IndexError, KeyError) as exc:
+            raise ValueError(f"malformed ZooKeeper txn at {zxid:#x}: {exc}") from exc
+        self.applied = zxid
+        self.digests.append((zxid, self.digest))
+        return Applied(kind, session, result, triggers)
+
+    def _op(self, zxid: int, time_ms: int, session: int, kind: int, f: list[Any],
+            triggers: list[Trigger]) -> WriteResult:
+        if kind == tx.T_CREATE:
+            return self._create(zxid, time_ms, f[0], bytes(f[1]), tx.unpack_acl(f[2]), int(f[3]), int(f[4]),
+                                triggers)
+        if kind in (tx.T_DELETE, tx.T_DELETE_CONTAINER):
+            return self._delete(zxid, f[0], triggers)
+        if kind == tx.T_SET_DATA:
+            return self._set_data(zxid, time_ms, f[0], bytes(f[1]), int(f[2]), triggers)
+        if kind == tx.T_SET_ACL:
+            return self._set_acl(f[0], tx.unpack_acl(f[1]), int(f[2]))
+        if kind == tx.T_CHECK:
+            return CheckResult()
+        if kind == tx.T_ERROR:
+            return ErrorResult(Code(int(f[0])))
+        raise ValueError(f"unknown ZooKeeper txn type {kind}")
+
+    def _create(self, zxid: int, time_ms: int, path: str, data: bytes, acl: tuple[ACL, ...], owner: int,
+                parent_cversion: int, triggers: list[Trigger]) -> WriteResult:
+        ppath = parent_of(path)
+        parent = self.nodes.get(ppath)
+        if parent is None:
+            return ErrorResult(Code.NO_NODE)
+        if path in self.nodes:
+            return ErrorResult(Code.NODE_EXISTS)
+        node = ZNode(data, self._intern(acl), zxid, zxid, zxid, time_ms, time_ms, 0, 0, 0, owner, None)
+        self._put(path, node)
+        if parent_cversion > parent.cversion:
+            self._relink(ppath, parent, path, None, zxid, parent_cversion)
+        else:  # a replay over a newer parent (kept for idempotence, as ZooKeeper does)
+            self._relink(ppath, parent, path, None, parent.pzxid, parent.cversion)
+        self._index(path, owner)
+        triggers.append((EventType.NODE_CREATED, path))
+        triggers.append((EventType.NODE_CHILDREN_CHANGED, ppath))
+        return CreateResult(path, node.stat())
+
+    def _delete(self, zxid: int, path: str, triggers: list[Trigger]) -> WriteResult:
+        if path not in self.nodes or path in SPECIAL_PATHS:
+            return ErrorResult(Code.NO_NODE)
+        ppath = parent_of(path)
+        parent = self.nodes[ppath]
+        node = self._drop(path)
+        self._relink(ppath, parent, None, path, max(zxid, parent.pzxid), parent.cversion)
+        self._unindex(path, node.owner)
+        triggers.append((EventType.NODE_DELETED, path))
+        triggers.append((EventType.NODE_CHILDREN_CHANGED, ppath))
+        return DeleteResult()
+
+    def _set_data(self, zxid: int, time_ms: int, path: str, data: bytes, version: int,
+                  triggers: list[Trigger]) -> WriteResult:
+        n = self.nodes.get(path)
+        if n is None:
+            return ErrorResult(Code.NO_NODE)
+        new = ZNode(data, n.acl, n.czxid, zxid, n.pzxid, n.ctime, time_ms, version, n.cversion, n.aversion,
+                    n.owner, n.children)
+        self._put(path, new)
+        triggers.append((EventType.NODE_DATA_CHANGED, path))
+        return StatResult(new.stat())
+
+    def _set_acl(self, path: str, acl: tuple[ACL, ...], aversion: int) -> WriteResult:
+        n = self.nodes.get(path)
+        if n is None:
+            return ErrorResult(Code.NO_NODE)
+        new = ZNode(n.data, self._intern(acl), n.czxid, n.mzxid, n.pzxid, n.ctime, n.mtime, n.version,
+                    n.cversion, aversion, n.owner, n.children)
+        self._put(path, new)
+        return StatResult(new.stat())
+
+    def _multi(self, zxid: int, time_ms: int, session: int, ops: list[list[Any]],
+               triggers: list[Trigger]) -> MultiResult:
+        if any(op[0] == tx.T_ERROR for op in ops):
+            # decided failed at the leader: nothing is applied, each op reports its code
+            return MultiResult(tuple(ErrorResult(Code(int(op[1]))) for op in ops))
+        results = []
+        for op in ops:
+            r = self._op(zxid, time_ms, session, int(op[0]), op[1:], triggers)
+            assert not isinstance(r, (MultiResult, SessionResult))
+            results.append(r)
+        return MultiResult(tuple(results))
+
+    def _create_session(self, sid: int, timeout_ms: int, password: bytes) -> WriteResult:
+        old = self.sessions.get(sid)
+        if old is not None:
+            self.digest = (self.digest - self._session_hash(sid, old)) & MASK64
+        s = Session(timeout_ms, password)
+        self.sessions[sid] = s
+        self.digest = (self.digest + self._session_hash(sid, s)) & MASK64
+        return SessionResult(sid)
+
+    def _close_session(self, zxid: int, sid: int, paths: list[str], triggers: list[Trigger]) -> WriteResult:
+        for path in paths:
+            node = self.nodes.get(path)
+            if node is not None and node.owner == sid:
+                self._delete(zxid, path, triggers)
+        old = self.sessions.pop(sid, None)
+        if old is not None:
+            self.digest = (self.digest - self._session_hash(sid, old)) & MASK64
+        self.ephemerals.pop(sid, None)
+        return SessionResult(sid)
+
+    # --------------------------------------------------------------- queries
+
+    def stat(self, path: str) -> Stat | None:
+        node = self.nodes.get(path)
+        return node.stat() if node is not None else None
+
+    def children_of(self, path: str) -> list[str]:
+        """Names of the children of an existing node, sorted."""
+        kids = self.nodes[path].children
+        if not kids:
+            return []
+        cut = len(path) + 1 if path != "/" else 1
+        return sorted(p[cut:] for p in kids)
+
+    def descendants(self, path: str) -> int:
+        if path == "/":
+            return len(self.nodes) - 1
+        count = 0
+        stack = [path]
+        nodes = self.nodes
+        while stack:
+            kids = nodes[stack.pop()].children
+            if kids:
+                count += len(kids)
+                stack.extend(kids)
+        return count
+
+    def ephemerals_of(self, session: int) -> list[str]:
+        return sorted(self.ephemerals.get(session, ()))
+
+    def cleanup_candidates(self, now_ms: int) -> list[str]:
+        """Containers that had children and have none left, and TTL nodes
+        without children unchanged for longer than their ttl: what ZooKeeper's
+        ContainerManager deletes (the leader proposes it)."""
+        out = []
+        for path in sorted(self.containers):
+            n = self.nodes[path]
+            if n.cversion > 0 and not n.children:
+                out.append(path)
+        for path in sorted(self.ttls):
+            n = self.nodes[path]
+            if not n.children and now_ms - n.mtime > ttl_of(n.owner):
+                out.append(path)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    # ------------------------------------------------------------- snapshots
+
+    def snapshot_view(self) -> object:
+        return (self.applied, self.digest, dict(self.nodes), dict(self.sessions))
+
+    @staticmethod
+    def encode_view(view: object) -> bytes:
+        applied, digest, nodes, sessions = cast(tuple[int, int, dict[str, ZNode], dict[int, Session]], view)
+        acl_ids: dict[tuple[ACL, ...], int] = {}
+        out = io.BytesIO()
+        packer = msgpack.Packer(use_bin_type=True)
+        out.write(packer.pack_array_header(7))
+        for v in (_SNAP_FORMAT, applied, digest):
+            out.write(packer.pack(v))
+        out.write(packer.pack_array_header(len(nodes)))
+        for path, n in nodes.items():
+            a = acl_ids.get(n.acl)
+            if a is None:
+                a = acl_ids[n.acl] = len(acl_ids)
+            out.write(packer.pack([path, n.data, a, n.czxid, n.mzxid, n.pzxid, n.ctime, n.mtime, n.version,
+                                   n.cversion, n.aversion, n.owner]))
+        out.write(packer.pack([tx.pack_acl(acl) for acl in acl_ids]))
+        out.write(packer.pack([[sid, s.timeout_ms, s.password] for sid, s in sessions.items()]))
+        out.write(packer.pack(len(nodes)))
+        return out.getvalue()
+
+    def snapshot(self) -> bytes:
+        return self.encode_view(self.snapshot_view())
+
+    @classmethod
+    def restore(cls, data: bytes) -> DataTree:
+        """A tree from ``snapshot()`` bytes (ValueError if they are not one,
+        or if the digest recomputed does not match the one recorded)."""
+        fmt, applied, digest, rows, acls, sessions, count = msgpack.unpackb(data, raw=False, use_list=False)
+        if fmt != _SNAP_FORMAT or len(rows) != count:
+            raise ValueError(f"ZooKeeper tree snapshot format {fmt} ({len(rows)}/{count} nodes) is not one of mine")
+        tree = cls.__new__(cls)
+        tree.nodes = {}
+        tree.sessions = {}
+        tree.ephemerals = {}
+        tree.containers = set()
+        tree.ttls = set()
+        tree.digest = 0
+        tree.digests = deque(maxlen=DIGESTS_KEPT)
+        tree._acls = {}
+        tree._acl_bytes = {}
+        acl_table = [tree._intern(tx.unpack_acl(a)) for a in acls]
+        nodes = tree.nodes
+        # parents come before their children in a snapshot (dict order is
+        # creation order, and a parent outlives its children)
+        for path, ndata, a, cz, mz, pz, ct, mt, ver, cv, av, owner in rows:
+            nodes[path] = ZNode(ndata, acl_table[a], cz, mz, pz, ct, mt, ver, cv, av, owner, None)
+            if path != "/":
+                parent = nodes[parent_of(path)]
+                if parent.children is None:
+                    parent.children = set()
+                parent.children.add(path)
+            tree._index(path, owner)
+        total = 0
+        for path, node in nodes.items():
+            total += tree._hash(path, node)
+        for sid, timeout, pw in sessions:
+            s = tree.sessions[sid] = Session(timeout, pw)
+            total += tree._session_hash(sid, s)
+        tree.digest = total & MASK64
+        if tree.digest != digest:
+            raise ValueError(f"ZooKeeper tree snapshot digest {digest:#x} does not match its content "
+                             f"({tree.digest:#x})")
+        tree.applied = applied
+        tree.digests.append((applied, tree.digest))
+        return tree
+
+    def walk(self) -> Iterator[tuple[str, ZNode]]:
+        return iter(self.nodes.items())
