@@ -139,7 +139,8 @@ class ZKLeader:
         n = self.tree.nodes.get(path)
         if n is None:
             return GONE
-        return Rec(True, n.version, n.cversion, n.aversion, n.owner, len(n.children) if n.children else 0, n.acl)
+        _, _, _, _, _, version, cversion, aversion, owner = n.header()
+        return Rec(True, version, cversion, aversion, owner, len(n.children) if n.children else 0, n.acl)
 
     def session_open(self, sid: int) -> bool:
         s = self._sessions.get(sid)
