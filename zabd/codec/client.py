@@ -108,9 +108,31 @@ class SyncRequest(_Request):
     type: Literal["sync"] = "sync"
 
 
+# ZooKeeper sessions over zabd's client port (the test driver of the session
+# layer; ZooKeeper's own wire is a separate port): ``zk_connect`` makes the
+# connection a ZooKeeper connection, then each ``zk`` request carries one
+# ``zabd.codec.zk_msgpack`` request, ``id`` being its xid.
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+class ZKConnectRequest(_Request):
+    type: Literal["zk_connect"] = "zk_connect"
+    session: int = Field(default=0, ge=I64_MIN, le=I64_MAX)  # 0: a new session
+    password: bytes = b""
+    timeout: int = Field(default=30_000, ge=0, le=2**31 - 1)  # ms, negotiated by the server
+    last_zxid: int = Field(default=0, ge=0, le=U64)  # the last zxid the client saw
+
+
+class ZKRequest(_Request):
+    type: Literal["zk"] = "zk"
+    req: bytes
+
+
 KVRequest = PutRequest | CasRequest | DeleteRequest | GetRequest | SyncRequest
 KV_REQUEST_TYPES = (PutRequest, CasRequest, DeleteRequest, GetRequest, SyncRequest)
-AnyRequest = ProposeRequest | StatusRequest | ReadRequest | WatchRequest | KVRequest | AuthRequest
+AnyRequest = (
+    ProposeRequest | StatusRequest | ReadRequest | WatchRequest | KVRequest | AuthRequest | ZKConnectRequest | ZKRequest
+)
 # what a read-only identity may ask
 READ_ONLY_TYPES = (StatusRequest, ReadRequest, WatchRequest, GetRequest, SyncRequest, AuthRequest)
 Request = Annotated[AnyRequest, Field(discriminator="type")]

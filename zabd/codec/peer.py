@@ -9,7 +9,7 @@ Tags from 64 up are the driver's frames, which the core never sees:
 | tag | frame | direction | fields |
 | --- | --- | --- | --- |
 | 64 | Hello | dialer -> acceptor, first | wire version, node id |
-| 65 | Forward | follower -> leader | forward id, write (bytes: a raw proposal; [op, key, value, version]: KV) |
+| 65 | Forward | follower -> leader | forward id, write (bytes: raw; [op, key, value, version]: KV; ZKWrite) |
 | 66 | ForwardOk | leader -> follower | forward id, zxid (committed) |
 | 67 | ForwardErr | leader -> follower | forward id, error code, message |
 | 68 | NewLeader part | leader -> follower | epoch, final (0/1), txns (a NewLeader above one frame) |
@@ -19,6 +19,7 @@ Tags from 64 up are the driver's frames, which the core never sees:
 | 73 | SyncReq | follower -> leader | forward id (answered by ForwardOk with the commit point) |
 | 74 | SnapData | leader -> follower | epoch, more snapshot bytes (between SyncPlan and SyncTxns) |
 | 75 | Ping | both | (none): proves an idle link alive |
+| 76 | ZKTouch | follower -> leader | ids of the ZooKeeper sessions its clients kept alive since the last one |
 """
 
 from __future__ import annotations
@@ -57,12 +58,23 @@ TAG_SYNC_TXNS = 71
 TAG_SYNC_REQ = 73
 TAG_SNAP_DATA = 74
 TAG_PING = 75
+TAG_ZK_TOUCH = 76
 
 TAG_OF: dict[type, int] = {cls: i for i, cls in enumerate(EXTENDED_TYPES)}
 SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
 
 # A KV write on the wire: (op, key, value, version), op in put/cas/delete.
 KVWrite = tuple[str, str, bytes, int]
+
+
+class ZKWrite(NamedTuple):
+    """A ZooKeeper session's write: ``[session, auth, request]`` (a KV write
+    has four fields, a raw one is bytes); the request is ``zabd.codec.zk_msgpack`` bytes, decoded by the leader (a bad
+    one becomes the session's error answer, not a broken link)."""
+
+    session: int
+    auth: tuple[tuple[str, str], ...]  # the ids the session proved: (scheme, id)
+    request: bytes
 
 
 class Hello(NamedTuple):
@@ -72,7 +84,11 @@ class Hello(NamedTuple):
 
 class Forward(NamedTuple):
     fid: int
-    write: bytes | KVWrite
+    write: bytes | KVWrite | ZKWrite
+
+
+class ZKTouch(NamedTuple):
+    sessions: tuple[int, ...]
 
 
 class ForwardOk(NamedTuple):
@@ -127,7 +143,7 @@ class Ping(NamedTuple):
 
 DriverFrame = (
     Hello | Forward | ForwardOk | ForwardErr | NewLeaderPart | SyncInfoFrame | SyncPlanFrame | SyncTxns | SyncReq
-    | SnapData | Ping
+    | SnapData | Ping | ZKTouch
 )
 PeerFrame = Message | DriverFrame
 
@@ -274,13 +290,36 @@ def _kv_write(x: Any) -> KVWrite | None:
     return None
 
 
+def _is_i64(x: Any) -> bool:
+    return type(x) is int and -(1 << 63) <= x < (1 << 63)
+
+
+def _zk_write(x: Any) -> ZKWrite | None:
+    if type(x) is tuple and len(x) == 3 and _is_i64(x[0]) and type(x[2]) is bytes:
+        auth = x[1]
+        if type(auth) is tuple and all(
+            type(a) is tuple and len(a) == 2 and type(a[0]) is str and type(a[1]) is str for a in auth
+        ):
+            return ZKWrite(x[0], auth, x[2])
+    return None
+
+
+def _zk_touch(b: tuple[Any, ...]) -> ZKTouch | None:
+    if len(b) == 2 and type(b[1]) is tuple and all(_is_i64(s) for s in b[1]):
+        return ZKTouch(b[1])
+    return None
+
+
 def _hello(b: tuple[Any, ...]) -> Hello | None:
     return Hello(b[1], b[2]) if len(b) == 3 and type(b[1]) is int and is_node(b[2]) else None
 
 
 def _forward(b: tuple[Any, ...]) -> Forward | None:
     if len(b) == 3 and is_u64(b[1]):
-        write = b[2] if type(b[2]) is bytes else _kv_write(b[2])
+        w = b[2]
+        write: bytes | KVWrite | ZKWrite | None = w if type(w) is bytes else _kv_write(w)
+        if write is None:
+            write = _zk_write(w)
         if write is not None:
             return Forward(b[1], write)
     return None
@@ -349,6 +388,7 @@ _DRIVER: dict[int, tuple[str, Callable[[tuple[Any, ...]], DriverFrame | None]]] 
     TAG_SYNC_REQ: ("SyncReq", _sync_req),
     TAG_SNAP_DATA: ("SnapData", _snap_data),
     TAG_PING: ("Ping", _ping),
+    TAG_ZK_TOUCH: ("ZKTouch", _zk_touch),
 }
 
 

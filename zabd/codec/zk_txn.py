@@ -18,19 +18,16 @@
 | -11 | closeSession | paths of its ephemerals, deleted with it |
 | -1 | error | ZooKeeper's error code |
 
-An ACL is a list of ``[perms, scheme, id]``. The txn carries outcomes, not
+An ACL is a list of ``[perms, scheme, id]`` (``zabd.kv.zk.acl.to_wire``). The txn carries outcomes, not
 conditions (versions after, the parent's cversion after, the ephemerals to
 delete), so every replica applies it without deciding anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import msgpack
-
-from zabd.kv.zk.acl import ACL, Id
 
 # 0xc1 is never the first byte of a msgpack value (see zabd.kv.kvmachine)
 ZK_MAGIC = b"\xc1zk1"
@@ -51,14 +48,6 @@ TYPE_NAMES = {
     T_CHECK: "check", T_MULTI: "multi", T_DELETE_CONTAINER: "deleteContainer",
     T_CREATE_SESSION: "createSession", T_CLOSE_SESSION: "closeSession",
 }
-
-
-def pack_acl(acl: Sequence[ACL]) -> list[list[Any]]:
-    return [[a.perms, a.id.scheme, a.id.id] for a in acl]
-
-
-def unpack_acl(raw: Sequence[Sequence[Any]]) -> tuple[ACL, ...]:
-    return tuple(ACL(int(p), Id(str(s), str(i))) for p, s, i in raw)
 
 
 def encode(kind: int, time_ms: int, session: int, *fields: Any) -> bytes:

@@ -1,38 +1,77 @@
-"""The server's key-value state machine: the KV store, plus raw entries.
+"""The server's state machine: the KV store, the ZooKeeper tree, raw entries.
 
-Committed txns tagged ``KV_MAGIC`` change the store; any other payload is a
-raw log entry (a client ``propose``) and leaves the store alone, so raw
-proposals and KV writes share one log. Recent results are kept for the
-clients waiting on them.
+Committed txns tagged ``KV_MAGIC`` change the KV store, ``ZK_MAGIC`` the
+ZooKeeper tree (``zabd.kv.zk``); any other payload is a raw log entry (a
+client ``propose``) and changes neither. One log, one commit order for all
+three. Recent results are kept for the clients waiting on them, and
+``zk_applied`` (set by the server) hears of every applied ZooKeeper txn, to
+fire watches and end sessions.
+
+A snapshot holds both states: ``SNAP_MAGIC``, the KV part's length (u64),
+the KV part, the tree's part. A snapshot of a KV-only server (before the
+tree existed) is a bare KV snapshot, and still restores.
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections import deque
+from collections.abc import Callable
+from typing import cast
 
+from zabd.codec.zk_txn import ZK_MAGIC
 from zabd.kv.store import KVLeader, KVStore, Result
+from zabd.kv.zk.prep import DEFAULT_MAX_DATA, ZKLeader
+from zabd.kv.zk.records import WriteResult
+from zabd.kv.zk.tree import Applied, DataTree
 from zabd.protocol.messages import Txn
 
 # 0xc1 is never the first byte of a msgpack value, so no KV payload is mistaken
 # for a raw one that happens to be msgpack.
 KV_MAGIC = b"\xc1kv1"
+SNAP_MAGIC = b"\xc1zkv"
 RESULTS_KEPT = 65536
 DIGEST_MAX_KEYS = 200_000
+_LEN = struct.Struct("<Q")
+
+
+class _Results:
+    """The results of the last RESULTS_KEPT txns of one kind, by zxid."""
+
+    def __init__(self) -> None:
+        self.by_zxid: dict[int, object] = {}
+        self._order: deque[int] = deque()
+
+    def add(self, zxid: int, result: object) -> None:
+        self.by_zxid[zxid] = result
+        self._order.append(zxid)
+        if len(self._order) > RESULTS_KEPT:
+            self.by_zxid.pop(self._order.popleft(), None)
+
+    def clear(self) -> None:
+        self.by_zxid.clear()
+        self._order.clear()
 
 
 class KVMachine:
-    def __init__(self) -> None:
+    def __init__(self, zk_max_data: int = DEFAULT_MAX_DATA) -> None:
         self.store = KVStore()
         self.leader = KVLeader(self.store)
-        self.results: dict[int, Result] = {}
-        self._result_order: deque[int] = deque()
+        self.zk_max_data = zk_max_data
+        self.zk = DataTree()
+        self.zk_leader = ZKLeader(self.zk, zk_max_data)
+        self.zk_applied: Callable[[int, Applied], None] | None = None
+        self.zk_restored: Callable[[], None] | None = None  # the tree was replaced by a snapshot
+        self._kv_results = _Results()
+        self._zk_results = _Results()
         self.errors = 0
 
     def apply(self, txn: Txn) -> object:
         p = txn.payload
-        result: Result | None = None
-        if p[:4] == KV_MAGIC:
+        tag = p[:4]
+        result: object = None
+        if tag == KV_MAGIC:
             try:
                 result = self.store.apply(Txn(txn.zxid, p[4:]))
             except Exception:
@@ -40,40 +79,62 @@ class KVMachine:
                 # tagged payload changes nothing anywhere.
                 self.errors += 1
             else:
-                self.results[txn.zxid] = result
-                order = self._result_order
-                order.append(txn.zxid)
-                if len(order) > RESULTS_KEPT:
-                    self.results.pop(order.popleft(), None)
+                self._kv_results.add(txn.zxid, result)
                 self.leader.committed(txn.zxid)
+        elif tag == ZK_MAGIC:
+            try:
+                applied = self.zk.apply(txn.zxid, p)
+            except ValueError:
+                self.errors += 1
+            else:
+                result = applied.result
+                self._zk_results.add(txn.zxid, result)
+                self.zk_leader.committed(txn.zxid)
+                if self.zk_applied is not None:
+                    self.zk_applied(txn.zxid, applied)
         self.store.applied = txn.zxid
         return result
 
     def result(self, zxid: int) -> Result | None:
         """The result of the KV txn at ``zxid``, if still kept here."""
-        return self.results.get(zxid)
+        return cast(Result | None, self._kv_results.by_zxid.get(zxid))
+
+    def zk_result(self, zxid: int) -> WriteResult | None:
+        """The result of the ZooKeeper txn at ``zxid``, if still kept here."""
+        return cast(WriteResult | None, self._zk_results.by_zxid.get(zxid))
 
     def snapshot(self) -> bytes:
-        return self.store.snapshot()
+        return self.encode_view(self.snapshot_view())
 
     def restore(self, data: bytes) -> None:
         self.store = KVStore()
-        if data:
+        self.zk = DataTree()
+        if data[:4] == SNAP_MAGIC:
+            (kv_len,) = _LEN.unpack_from(data, 4)
+            start = 4 + _LEN.size
+            self.store.restore(data[start : start + kv_len])
+            self.zk = DataTree.restore(data[start + kv_len :])
+        elif data:
             self.store.restore(data)
         self.leader = KVLeader(self.store)
-        self.results.clear()
-        self._result_order.clear()
+        self.zk_leader = ZKLeader(self.zk, self.zk_max_data)
+        self._kv_results.clear()
+        self._zk_results.clear()
+        if self.zk_restored is not None:
+            self.zk_restored()
 
     def snapshot_view(self) -> object:
-        return self.store.snapshot_view()
+        return (self.store.snapshot_view(), self.zk.snapshot_view())
 
     def encode_view(self, view: object) -> bytes:
-        return self.store.encode_view(view)
+        kv_view, zk_view = cast(tuple[object, object], view)
+        kv = self.store.encode_view(kv_view)
+        return b"".join((SNAP_MAGIC, _LEN.pack(len(kv)), kv, DataTree.encode_view(zk_view)))
 
     def digest(self) -> int | None:
-        """CRC-32 of the encoded state (equal states, equal digests), for
+        """CRC-32 of the encoded KV state (equal states, equal digests), for
         tests and audits; None above DIGEST_MAX_KEYS keys (too slow for a
-        status call)."""
+        status call). The tree keeps its own digest (``zk.digest``)."""
         if len(self.store.data) > DIGEST_MAX_KEYS:
             return None
         return zlib.crc32(self.store.snapshot())

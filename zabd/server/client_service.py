@@ -16,12 +16,14 @@ from pydantic import ValidationError
 
 from zabd.codec import client as schema
 from zabd.codec.framing import frame
+from zabd.codec.zk_msgpack import MsgpackWire, decode_request
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.server.applier import Applier, Watches
 from zabd.server.auth import RO, RW, Authenticator
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
+from zabd.server.zk_sessions import ZKSessions
 from zabd.storage.base import PurgedError
 
 
@@ -35,6 +37,7 @@ class ClientService:
         status: Callable[[], dict[str, Any]],
         log: Any,
         auth: Authenticator | None = None,
+        zk: ZKSessions | None = None,
     ) -> None:
         self.auth = auth or Authenticator(None)
         self.proposals = proposals
@@ -43,6 +46,9 @@ class ClientService:
         self.kv = machine if isinstance(machine, KVMachine) else None
         self.status = status
         self.log = log
+        self.zk = zk
+        self._zk_wire = MsgpackWire()
+        self._addr = ""
         self._routes: dict[type, Callable[[ClientSession, Any], None]] = {
             schema.ProposeRequest: lambda s, r: proposals.submit(s, r.id, r.payload),
             schema.PutRequest: lambda s, r: proposals.submit(s, r.id, ("put", r.key, r.value, 0)),
@@ -54,6 +60,8 @@ class ClientService:
             schema.GetRequest: self._get,
             schema.WatchRequest: self._watch,
             schema.AuthRequest: self._authenticate,
+            schema.ZKConnectRequest: self._zk_connect,
+            schema.ZKRequest: self._zk_request,
         }
 
     def handle(self, session: ClientSession, bodies: list[Any], addr: str) -> bool:
@@ -88,11 +96,34 @@ class ClientService:
             if session.watching:
                 session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, "this connection is a watch stream"))
                 continue
+            self._addr = addr
             self._routes[type(req)](session, req)
             if session.role is None:  # a failed authentication
                 self.log.warning("client authentication failed; closing the connection", addr=addr)
                 return False
         return True
+
+    def _zk_connect(self, session: ClientSession, req: schema.ZKConnectRequest) -> None:
+        if self.zk is None:
+            session.answer(schema.error_frame(req.id, schema.UNSUPPORTED, "this server runs without a state machine"))
+            return
+        if not self.zk.connect(session, self._zk_wire, req.id, req.session, req.password, req.timeout,
+                               req.last_zxid, self._addr):
+            session.hang_up()
+
+    def _zk_request(self, session: ClientSession, req: schema.ZKRequest) -> None:
+        if self.zk is None:
+            session.answer(schema.error_frame(req.id, schema.UNSUPPORTED, "this server runs without a state machine"))
+            return
+        try:
+            op = decode_request(req.req)
+        except ValueError as exc:
+            self.log.error("bad ZooKeeper request; closing the connection", addr=self._addr, error=str(exc))
+            session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, f"req: {exc}"))
+            session.hang_up()
+            return
+        if not self.zk.request(session, req.id, op):
+            session.hang_up()
 
     def _authenticate(self, session: ClientSession, req: schema.AuthRequest) -> None:
         role = self.auth.role_of(req.token) if self.auth.required else RW

@@ -38,6 +38,7 @@ class ClientSession:
         self.watch_id: int | None = None
         self.watch_next = 0  # first zxid the watcher has not been sent
         self.role: str | None = RW  # None until a client proves who it is (zabd.server.auth)
+        self.hangup = False  # close once what is queued is out (a ZooKeeper session ended)
         # told when output appears, so that a transport writes only the
         # connections that have something to say
         self.on_output: Callable[[], None] | None = None
@@ -116,6 +117,12 @@ class ClientSession:
         if not self.out and self.on_output is not None:
             self.on_output()
         self.out.append(frame)
+
+    def hang_up(self) -> None:
+        """Close the connection once what is queued now is written."""
+        self.hangup = True
+        if self.on_output is not None:
+            self.on_output()
 
     def take_output(self) -> list[bytes]:
         out = self.out

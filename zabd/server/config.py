@@ -111,8 +111,22 @@ class ServerConfig(BaseModel):
     auth_tokens_file: str = ""
     # a storage flush slower than this is logged as a warning (and counted in /metrics)
     slow_fsync_ms: int = Field(default=1000, ge=1, le=600_000)
+    # ZooKeeper's data model (zabd/kv/zk): session timeouts are negotiated
+    # between 2 and 20 zk_tick_ms (ZooKeeper's tickTime); znode data is at most
+    # zk_max_data bytes (jute.maxbuffer); zk_super_digest ("super:<base64 sha1>",
+    # from zabd.kv.zk.acl.digest_id) is a superuser who passes every ACL
+    zk_tick_ms: int = Field(default=2000, ge=10, le=60_000)
+    zk_max_data: int = Field(default=1 << 20, ge=1, le=1 << 30)
+    zk_super_digest: str = ""
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("zk_super_digest")
+    @classmethod
+    def _super_digest(cls, value: str) -> str:
+        if value and len(value.split(":")) != 2:
+            raise ValueError("expected user:base64(sha1(user:password)), as zabd.kv.zk.acl.digest_id makes it")
+        return value
 
     @field_validator("peers", mode="before")
     @classmethod

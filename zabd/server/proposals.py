@@ -17,26 +17,34 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from time import monotonic
+from time import monotonic, time
 from typing import NamedTuple, Protocol
 
 from zabd.codec import client as schema
 from zabd.codec import peer as wire
+from zabd.codec import zk_txn
 from zabd.codec.framing import frame
+from zabd.codec.zk_msgpack import decode_request
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.kv.store import OK, Cas, Delete, Put, Request
+from zabd.kv.zk.acl import Id
+from zabd.kv.zk.errors import Code
+from zabd.kv.zk.prep import Prepared
+from zabd.kv.zk.records import Write as ZKRequest
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 from zabd.server.client_session import ClientSession, Slot
 from zabd.server.metrics import Latency
 
-Write = bytes | wire.KVWrite  # a raw payload, or (op, key, value, version)
+Write = bytes | wire.KVWrite | wire.ZKWrite  # a raw payload, (op, key, value, version), or a ZooKeeper write
 
 RAW = 0
 KV = 1
 SYNC = 2
+ZK = 3  # a ZooKeeper session's write; answered by the ZooKeeper session layer's Answerer
+ZK_SYNC = 4  # a ZooKeeper session's sync
 
 
 class LocalReply(NamedTuple):
@@ -56,7 +64,16 @@ class PeerReply(NamedTuple):
     fid: int
 
 
-Reply = LocalReply | PeerReply
+Reply = LocalReply | PeerReply | None  # None: the leader's own write (submit_internal)
+
+
+class Answerer(Protocol):
+    """Encodes the answers of a kind of request this module does not know
+    the wire of (the ZooKeeper session layer's)."""
+
+    def ok(self, reply: LocalReply, zxid: int) -> bytes: ...
+
+    def fail(self, reply: LocalReply, code: str, message: str) -> bytes: ...
 
 
 class Links(Protocol):
@@ -86,7 +103,8 @@ class ProposalPath:
     ) -> None:
         self.node = node
         latency = latency or {}
-        self._latency = (latency.get("write"), latency.get("write"), latency.get("sync"))  # by kind
+        write, sync = latency.get("write"), latency.get("sync")
+        self._latency = (write, write, sync, write, sync)  # by kind: RAW, KV, SYNC, ZK, ZK_SYNC
         self.kv = machine if isinstance(machine, KVMachine) else None
         self.links = links
         self.position = applied
@@ -101,14 +119,15 @@ class ProposalPath:
         self._kv_epoch = -1
         self._kv_barrier = 0
         self.stopping = False
+        self.answers: dict[int, Answerer] = {}  # kind -> its answers (ZK, ZK_SYNC)
 
     # ------------------------------------------------------------- entries
 
     def submit(self, session: ClientSession, rid: int, write: Write) -> None:
         """A client write read from ``session``."""
-        kind = RAW if type(write) is bytes else KV
+        kind = RAW if type(write) is bytes else ZK if type(write) is wire.ZKWrite else KV
         reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
-        if kind == KV and self.kv is None:
+        if kind != RAW and self.kv is None:
             self._fail(reply, schema.UNSUPPORTED, "this server runs without a KV state machine")
         elif self.stopping:
             self._fail(reply, schema.SHUTTING_DOWN, "server shutting down")
@@ -117,11 +136,20 @@ class ProposalPath:
         else:
             self._forward(reply, lambda fid: frame((wire.TAG_FORWARD, fid, write)))
 
-    def sync(self, session: ClientSession, rid: int) -> None:
+    def submit_internal(self, write: wire.ZKWrite) -> bool:
+        """A write of the leader's own (a session expiry, a container's
+        cleanup) that nobody waits for; False if this node does not lead."""
+        if self.stopping or self.node.role != LEADING or not self.node.synced:
+            return False
+        if self.admit or len(self.pending) >= self.max_inflight or not self._propose(write, None):
+            self.admit.append((write, None))
+        return True
+
+    def sync(self, session: ClientSession, rid: int, kind: int = SYNC) -> None:
         """Answer once this replica applied the leader's commit point as of
         now, confirmed by a read barrier: a deposed leader that does not know
         it yet cannot answer, so ``sync`` then ``get`` is linearizable."""
-        reply = LocalReply(session, session.open_slot(), rid, SYNC, monotonic())
+        reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
         if self.node.role == LEADING:
             self._barrier(reply)
         else:
@@ -188,13 +216,20 @@ class ProposalPath:
             self.admit.append((write, reply))
 
     def _propose(self, write: Write, reply: Reply) -> bool:
-        """Propose now; False if a KV write must wait for the previous epoch."""
+        """Propose now; False if a KV or ZooKeeper write must wait for the previous epoch."""
         node = self.node
         try:
             if type(write) is bytes:
                 z = node.propose(write, self.links.now())
+            elif type(write) is wire.ZKWrite:
+                assert self.kv is not None
+                if not self._kv_ready():
+                    return False
+                prepared = _zk_prepare(self.kv, write)
+                z = node.propose(prepared.payload, self.links.now())
+                self.kv.zk_leader.proposed(z, prepared)
             else:
-                assert self.kv is not None and not isinstance(write, bytes)
+                assert self.kv is not None and not isinstance(write, (bytes, wire.ZKWrite))
                 if not self._kv_ready():
                     return False
                 payload = self.kv.leader.prepare(_kv_request(write))
@@ -206,6 +241,11 @@ class ProposalPath:
         self.pending.append((z, reply))
         return True
 
+    def machine_ready(self) -> bool:
+        """True once this leader's state machine applied every txn of earlier
+        epochs: what it decides from now on rests on the whole history."""
+        return self.kv is not None and self.node.role == LEADING and self._kv_ready()
+
     def _kv_ready(self) -> bool:
         # A new leadership forgets the pending view of an earlier one, and
         # decides no condition before every txn of earlier epochs is applied
@@ -214,6 +254,7 @@ class ProposalPath:
         epoch = self.node.current_epoch
         if self._kv_epoch != epoch:
             self.kv.leader.reset()
+            self.kv.zk_leader.reset()
             self._kv_epoch = epoch
             h = self.node.history
             i = bisect_left(h, zx.make(epoch, 1), key=txn_zxid)
@@ -282,20 +323,25 @@ class ProposalPath:
         for z, local in done:
             if local.kind == RAW:  # committed on a quorum: that is all a raw write's answer says
                 self._succeed(local, z)
-            elif local.kind == SYNC:  # nothing was written: safe to ask again
+            elif local.kind in (SYNC, ZK_SYNC):  # nothing was written: safe to ask again
                 self._fail(local, schema.SHUTTING_DOWN, "server shutting down; retry")
             else:
                 self._fail(local, schema.LEADER_LOST, "committed, but the server shut down before it applied "
                            "the write here: its result (ok or a failed condition) is unknown; read the key")
 
     def _succeed(self, reply: Reply, z: int) -> None:
+        if reply is None:
+            return
         if isinstance(reply, PeerReply):
             self.links.send_frame(reply.peer, frame((wire.TAG_FORWARD_OK, reply.fid, z)))
             return
         hist = self._latency[reply.kind]
         if hist is not None:
             hist.observe(monotonic() - reply.start)
-        if reply.kind == KV:
+        answers = self.answers.get(reply.kind)
+        if answers is not None:
+            reply.session.complete(reply.slot, answers.ok(reply, z))
+        elif reply.kind == KV:
             reply.session.complete(reply.slot, self._kv_answer(reply.rid, z))
         else:
             reply.session.complete(reply.slot, schema.ok_zxid_frame(reply.rid, z))
@@ -318,8 +364,12 @@ class ProposalPath:
         return frame(body)
 
     def _fail(self, reply: Reply, code: str, message: str, leader: int = 0) -> None:
+        if reply is None:
+            return
         if isinstance(reply, PeerReply):
             self.links.send_frame(reply.peer, frame((wire.TAG_FORWARD_ERR, reply.fid, code, message)))
+        elif reply.kind in self.answers:
+            reply.session.complete(reply.slot, self.answers[reply.kind].fail(reply, code, message))
         else:
             reply.session.complete(reply.slot, schema.error_frame(reply.rid, code, message, leader))
 
@@ -335,6 +385,19 @@ def _kv_request(w: wire.KVWrite) -> Request:
     if op == "cas":
         return Cas(key, version, value)
     return Delete(key, version)
+
+
+def _zk_prepare(kv: KVMachine, write: wire.ZKWrite) -> Prepared:
+    now_ms = int(time() * 1000)  # ZooKeeper stamps ctime/mtime with the leader's wall clock
+    try:
+        req = decode_request(write.request)
+    except ValueError:
+        req = None
+    if req is None or not isinstance(req, ZKRequest):
+        # as ZooKeeper does: a request it cannot read is an error txn, answered in order
+        return Prepared(zk_txn.encode(zk_txn.T_ERROR, now_ms, write.session, int(Code.MARSHALLING_ERROR)), [], [])
+    auth = tuple(Id(scheme, ident) for scheme, ident in write.auth)
+    return kv.zk_leader.prepare(write.session, auth, req, now_ms)
 
 
 def txn_zxid(txn: Txn) -> int:

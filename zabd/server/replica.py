@@ -50,6 +50,7 @@ from zabd.server.snapshots import Snapshotter
 from zabd.server.status import GcTimer, StatusReport, freeze_survivors
 from zabd.server.sync import SyncService
 from zabd.server.transport import ClientLink, Transport
+from zabd.server.zk_expiry import zookeeper_layer
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
@@ -98,8 +99,11 @@ class Replica:
             self.gc_timer, self.proposals, self.watches, self.roles,
         )
         self.admin = AdminServer(self.status, registry(self._collector()), self.log)
+        # ZooKeeper sessions live beside the KV store in the same machine
+        self.zk, self.keeper = zookeeper_layer(config, self.node, self.machine, self.proposals, self, self.log)
+        self.status.zk = self.zk
         self.clients = ClientService(
-            self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth
+            self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth, self.zk
         )
         self.outbound = Outbound(
             self.node, self.transport, self.sync, config.peer_ids, self.now, config.max_frame, self.log
@@ -119,6 +123,8 @@ class Replica:
             wire.ForwardOk: lambda _, f: self.proposals.on_forward_ok(f),
             wire.ForwardErr: lambda _, f: self.proposals.on_forward_err(f),
         }
+        if self.keeper is not None:
+            self._on_peer[wire.ZKTouch] = self.keeper.on_touch
         self._scheduled = False
         self._ticking = False
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -271,6 +277,8 @@ class Replica:
             self.node.on_tick(t)
             if self.node.effects:
                 self._kick()
+        if self.keeper is not None:
+            self.keeper.tick()
 
     def _tick_soon(self) -> None:
         """A follower that lost its leader elects at its next tick (spec
@@ -399,6 +407,8 @@ class Replica:
 
     def client_closed(self, link: ClientLink) -> None:
         self.watches.stop(link.session)
+        if self.zk is not None:
+            self.zk.closed(link.session)
 
     def client_stalled(self, link: ClientLink, stalled: bool) -> None:
         if stalled:

@@ -81,6 +81,7 @@ class StatusReport:
         self.snapshotter = snapshotter
         self.gc_timer = gc_timer
         self.started = time.monotonic()
+        self.zk: Any = None  # the ZooKeeper session layer (zabd.server.zk_sessions), when there is a machine
 
     def __call__(self) -> dict[str, Any]:
         node = self.node
@@ -120,4 +121,15 @@ class StatusReport:
         if self.kv is not None:
             out["kv_keys"] = len(self.kv.store.data)
             out["kv_digest"] = self.kv.digest()
+            tree = self.kv.zk
+            out["zk"] = {
+                "znodes": len(tree),
+                "sessions": len(tree.sessions),
+                "ephemerals": sum(len(e) for e in tree.ephemerals.values()),
+                # the tree's digest as of its last applied ZooKeeper txn: two
+                # replicas with the same digest_zxid must show the same digest
+                "digest_zxid": tree.applied,
+                "digest": f"{tree.digest:016x}",
+                "connections": len(self.zk.conns) if self.zk is not None else 0,
+            }
         return out

@@ -29,4 +29,4 @@ def open_storage(config: ServerConfig) -> Storage:
 
 
 def open_state_machine(config: ServerConfig) -> StateMachine:
-    return NullMachine() if config.state_machine == "none" else KVMachine()
+    return NullMachine() if config.state_machine == "none" else KVMachine(config.zk_max_data)

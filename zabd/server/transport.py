@@ -163,6 +163,9 @@ class ClientLink(_Link):
         self.session.role = RW if has_cert or not self.net.auth_required else None
 
     def take_output(self, now: float) -> list[bytes]:
+        if self.session.hangup and not self.closed:
+            self.close_after_output()
+            return []
         return self.session.take_output()
 
     def data_received(self, data: bytes) -> None:

@@ -14,7 +14,7 @@ import base64
 import hashlib
 import ipaddress
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from zabd.kv.zk.errors import Code, ZKError
 
@@ -45,6 +45,15 @@ READ_ACL_UNSAFE: tuple[ACL, ...] = (ACL(READ, ANYONE),)
 # Schemes whose ids prove who a client is (``auth`` expands to these only):
 # an ip address is not an identity in ZooKeeper's sense.
 AUTHENTICATED_SCHEMES = frozenset({"digest"})
+
+
+def to_wire(acl: Sequence[ACL]) -> list[list[Any]]:
+    """``[[perms, scheme, id], ...]``: an ACL in txns, snapshots and frames."""
+    return [[a.perms, a.id.scheme, a.id.id] for a in acl]
+
+
+def from_wire(raw: Sequence[Sequence[Any]]) -> tuple[ACL, ...]:
+    return tuple(ACL(int(p), Id(str(s), str(i))) for p, s, i in raw)
 
 
 def digest_id(user: str, password: str) -> str:

@@ -240,7 +240,7 @@ class ZKLeader:
             n = t.nodes[req.path] = r.copy()
             n.aversion = aversion
             n.acl = fixed
-            return [tx.T_SET_ACL, req.path, tx.pack_acl(fixed), aversion]
+            return [tx.T_SET_ACL, req.path, acls.to_wire(fixed), aversion]
         if isinstance(req, Check):
             paths.validate(req.path)
             r = t.rec(req.path)
@@ -291,7 +291,7 @@ class ZKLeader:
         p.children += 1
         p.cversion = cversion
         t.nodes[path] = Rec(True, 0, 0, 0, owner, 0, fixed)
-        return [tx.T_CREATE, path, req.data, tx.pack_acl(fixed), owner, cversion]
+        return [tx.T_CREATE, path, req.data, acls.to_wire(fixed), owner, cversion]
 
     def _parent_for_delete(self, path: str) -> str:
         # ZooKeeper's getParentPathAndValidate: no further path checks here

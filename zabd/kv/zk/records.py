@@ -235,3 +235,75 @@ class CountResult(NamedTuple):
 
 WriteResult = CreateResult | DeleteResult | StatResult | CheckResult | ErrorResult | MultiResult | SessionResult
 ReadResult = DataResult | ExistsResult | ChildrenResult | ACLResult | PathsResult | CountResult | ErrorResult
+
+# ------------------------------------------------- session-layer requests
+# Served by the server that holds the connection; none of them is a txn.
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    path: str = "/"
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class AddAuth:
+    scheme: str
+    auth: bytes
+
+
+# addWatch modes, ZooKeeper's numbers
+WATCH_PERSISTENT = 0
+WATCH_PERSISTENT_RECURSIVE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class AddWatch:
+    path: str
+    mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetWatches:
+    """Watches a client re-registers after a reconnect, with the last zxid it
+    saw: changes after it fire now (ZooKeeper's setWatches/setWatches2)."""
+
+    relative_zxid: int
+    data: tuple[str, ...] = ()
+    exist: tuple[str, ...] = ()
+    child: tuple[str, ...] = ()
+    persistent: tuple[str, ...] = ()
+    persistent_recursive: tuple[str, ...] = ()
+
+
+# removeWatches/checkWatches watcher types, ZooKeeper's numbers
+WATCHER_CHILDREN = 1
+WATCHER_DATA = 2
+WATCHER_ANY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveWatches:
+    path: str
+    watcher_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckWatches:
+    path: str
+    watcher_type: int
+
+
+SessionOp = Sync | Ping | AddAuth | AddWatch | SetWatches | RemoveWatches | CheckWatches
+
+
+class OkResult(NamedTuple):
+    """A session-layer request that answers nothing but success."""
+
+
+class SyncResult(NamedTuple):
+    path: str

@@ -33,6 +33,8 @@ import msgpack
 
 from zabd.codec import zk_txn as tx
 from zabd.kv.zk.acl import ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
+from zabd.kv.zk.acl import from_wire as acls_unwire
+from zabd.kv.zk.acl import to_wire as acls_wire
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.events import EventType, Trigger
 from zabd.kv.zk.paths import parent_of
@@ -193,7 +195,7 @@ class DataTree:
         acl = node.acl
         ab = self._acl_bytes.get(acl)
         if ab is None:
-            ab = self._acl_bytes[acl] = msgpack.packb(tx.pack_acl(acl))
+            ab = self._acl_bytes[acl] = msgpack.packb(acls_wire(acl))
         h = hashlib.blake2b(path.encode(), digest_size=8)
         h.update(_CHILDREN.pack(len(node.children) if node.children else 0))
         h.update(ab)
@@ -289,14 +291,14 @@ class DataTree:
     def _op(self, zxid: int, time_ms: int, session: int, kind: int, f: list[Any],
             triggers: list[Trigger]) -> WriteResult:
         if kind == tx.T_CREATE:
-            return self._create(zxid, time_ms, f[0], bytes(f[1]), tx.unpack_acl(f[2]), int(f[3]), int(f[4]),
+            return self._create(zxid, time_ms, f[0], bytes(f[1]), acls_unwire(f[2]), int(f[3]), int(f[4]),
                                 triggers)
         if kind in (tx.T_DELETE, tx.T_DELETE_CONTAINER):
             return self._delete(zxid, f[0], triggers)
         if kind == tx.T_SET_DATA:
             return self._set_data(zxid, time_ms, f[0], bytes(f[1]), int(f[2]), triggers)
         if kind == tx.T_SET_ACL:
-            return self._set_acl(f[0], tx.unpack_acl(f[1]), int(f[2]))
+            return self._set_acl(f[0], acls_unwire(f[1]), int(f[2]))
         if kind == tx.T_CHECK:
             return CheckResult()
         if kind == tx.T_ERROR:
@@ -456,7 +458,7 @@ class DataTree:
             if a is None:
                 a = acl_ids[n.acl] = len(acl_ids)
             out.write(packer.pack([path, n.blob, a]))
-        out.write(packer.pack([tx.pack_acl(acl) for acl in acl_ids]))
+        out.write(packer.pack([acls_wire(acl) for acl in acl_ids]))
         out.write(packer.pack([[sid, s.timeout_ms, s.password] for sid, s in sessions.items()]))
         out.write(packer.pack(len(nodes)))
         return out.getvalue()
@@ -481,7 +483,7 @@ class DataTree:
         tree.digests = deque(maxlen=DIGESTS_KEPT)
         tree._acls = {}
         tree._acl_bytes = {}
-        acl_table = [tree._intern(tx.unpack_acl(a)) for a in acls]
+        acl_table = [tree._intern(acls_unwire(a)) for a in acls]
         nodes = tree.nodes
         # parents come before their children in a snapshot (dict order is
         # creation order, and a parent outlives its children)

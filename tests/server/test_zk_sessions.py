@@ -1,0 +1,159 @@
+"""ZooKeeper sessions, ephemerals and watches on real server processes,
+driven through the servers' session layer (tests/server/zk_driver.py):
+they replicate, survive a leader SIGKILL while their owner stays alive, and
+vanish on every node when the owner stops touching them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tests.server.zk_driver import ZKDriver, ZKRefused
+from zabd.client.spawn import LocalCluster
+from zabd.kv.zk.errors import Code
+from zabd.kv.zk.events import EventType, KeeperState
+from zabd.kv.zk.records import (
+    EPHEMERAL,
+    EPHEMERAL_SEQUENTIAL,
+    CloseSession,
+    Create,
+    CreateResult,
+    DataResult,
+    ExistsResult,
+    GetData,
+    Exists,
+    SetData,
+    Sync,
+)
+
+Factory = Callable[..., LocalCluster]
+ZK = {"zk_tick_ms": 100}  # session timeouts between 200 ms and 2 s
+
+
+async def until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.05)
+
+
+async def zk_status(cluster: LocalCluster, nodes: list[int]) -> dict[int, dict[str, Any]]:
+    out = {}
+    for i in nodes:
+        st = await cluster.status(i)
+        assert st is not None, f"node {i} does not answer"
+        out[i] = st["zk"]
+    return out
+
+
+async def exists_everywhere(cluster: LocalCluster, nodes: list[int], path: str) -> dict[int, bool]:
+    seen = {}
+    for i in nodes:
+        d = await ZKDriver.connect(cluster.client_addr(i), ping=False)
+        try:
+            await d.ok(Sync(path))
+            result = await d.ok(Exists(path))
+            assert isinstance(result, ExistsResult)
+            seen[i] = result.stat is not None
+        finally:
+            await d.ok(CloseSession())
+            await d.drop()
+    return seen
+
+
+async def same_digests(cluster: LocalCluster, nodes: list[int]) -> bool:
+    st = await zk_status(cluster, nodes)
+    return len({(s["digest_zxid"], s["digest"]) for s in st.values()}) == 1
+
+
+async def test_sessions_ephemerals_and_watches_replicate(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3, storage="disk", extra=ZK)
+    leader = await cluster.wait_leader()
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    owner = await ZKDriver.connect(cluster.client_addr(follower))
+    other = await ZKDriver.connect(cluster.client_addr(leader))
+    try:
+        assert owner.timeout_ms == 2000  # negotiated down to 20 ticks
+        await owner.ok(Create("/app", b"cfg"))
+        made = await owner.ok(Create("/app/worker-", b"w", mode=EPHEMERAL_SEQUENTIAL))
+        assert isinstance(made, CreateResult) and made.path == "/app/worker-0000000000"
+        assert made.stat.ephemeralOwner == owner.session
+        # a data watch set on the leader fires there when the follower's session writes
+        got = await other.ok(GetData("/app", watch=True))
+        assert isinstance(got, DataResult) and got.data == b"cfg"
+        await owner.ok(SetData("/app", b"cfg2"))
+        kind, state, path, _ = await other.event()
+        assert (kind, state, path) == (EventType.NODE_DATA_CHANGED, KeeperState.SYNC_CONNECTED, "/app")
+        # the reader's own session sees the write once it syncs
+        await other.ok(Sync("/app"))
+        got = await other.ok(GetData("/app"))
+        assert isinstance(got, DataResult) and got.data == b"cfg2" and got.stat.version == 1
+        assert await exists_everywhere(cluster, [1, 2, 3], made.path) == {1: True, 2: True, 3: True}
+        await until("every replica has the same tree digest", lambda: same_digests(cluster, [1, 2, 3]))
+        st = await zk_status(cluster, [1, 2, 3])
+        assert all(s["ephemerals"] == 1 for s in st.values()), st
+        # the session re-attaches on another server with its password, not without
+        await owner.drop()
+        with_pw = await ZKDriver.connect(cluster.client_addr(leader), session=owner.session, password=owner.password,
+                                         last_zxid=owner.last_zxid)
+        try:
+            _, err, _ = await with_pw.call(Create("/app/again", b"", mode=EPHEMERAL))
+            assert err == Code.OK
+        finally:
+            await with_pw.drop()
+        try:
+            await ZKDriver.connect(cluster.client_addr(follower), session=owner.session, password=b"x" * 16)
+        except ZKRefused as exc:
+            assert exc.code == Code.SESSION_EXPIRED
+        else:
+            raise AssertionError("a wrong password re-attached the session")
+    finally:
+        await other.drop()
+
+
+async def test_ephemerals_survive_a_leader_kill_and_vanish_when_the_owner_stops(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3, storage="disk", extra=ZK)
+    leader = await cluster.wait_leader()
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    owner = await ZKDriver.connect(cluster.client_addr(follower), timeout_ms=1500)
+    await owner.ok(Create("/lock", b"", mode=EPHEMERAL))
+    cluster.kill(leader)  # SIGKILL
+    live = [i for i in (1, 2, 3) if i != leader]
+    new_leader = await cluster.wait_leader(nodes=live, exclude=leader)
+    assert new_leader != leader
+    # well past the session timeout: the owner kept touching through the change
+    await asyncio.sleep(2.5)
+    assert await exists_everywhere(cluster, live, "/lock") == {i: True for i in live}
+    _, err, _ = await owner.call(SetData("/lock", b"still mine"))
+    assert err == Code.OK
+    # the owner stops touching (a crashed client): the leader expires it
+    await owner.drop()
+
+    async def gone() -> bool:
+        st = await zk_status(cluster, live)
+        return all(s["ephemerals"] == 0 and s["sessions"] == 0 for s in st.values())
+
+    await until("the expired session's ephemeral is gone on every live node", gone, timeout=15)
+    assert await exists_everywhere(cluster, live, "/lock") == {i: False for i in live}
+    try:
+        await ZKDriver.connect(cluster.client_addr(new_leader), session=owner.session, password=owner.password)
+    except ZKRefused as exc:
+        assert exc.code == Code.SESSION_EXPIRED
+    else:
+        raise AssertionError("an expired session re-attached")
+    await until("the live replicas agree on the tree", lambda: same_digests(cluster, live))
+
+
+async def test_a_connected_owner_learns_its_session_expired(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3, extra=ZK)
+    leader = await cluster.wait_leader()
+    quiet = await ZKDriver.connect(cluster.client_addr(leader), timeout_ms=300, ping=False)
+    try:
+        await quiet.ok(Create("/e", b"", mode=EPHEMERAL))
+        kind, state, path, _ = await quiet.event(timeout=10)
+        assert (kind, state, path) == (EventType.NONE, KeeperState.EXPIRED, "")
+        await asyncio.wait_for(quiet.closed.wait(), 10)
+    finally:
+        await quiet.drop()

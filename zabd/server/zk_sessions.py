@@ -1,0 +1,366 @@
+"""ZooKeeper sessions on this server: connections, requests, watches. Socket-free.
+
+A connection becomes a ZooKeeper connection with ``connect``: a new session
+is proposed (``CreateSession``, its id and password chosen here) and the
+client is answered once it is applied here; an existing one is re-attached
+if the replicated session table holds it with that password, on any server.
+Requests complete in the order sent (the connection's slots): writes take
+the one proposal path and are answered once applied here, with their
+result; reads are answered from this replica after every earlier request of
+the connection, so they see the session's own writes. Watches are this
+server's (``zabd.kv.zk.watches``), fired as each txn is applied here, before
+the answer to any later request. ``zabd.server.zk_expiry`` keeps sessions
+alive and ends them.
+
+The bytes are a ``ZKWire``'s: zabd's msgpack frames on the client port today,
+ZooKeeper's jute on its own port later; this module only sees records.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from zabd.codec import client as schema
+from zabd.codec import peer as wire
+from zabd.codec.zk_msgpack import encode_request
+from zabd.kv.kvmachine import KVMachine
+from zabd.kv.zk import acl as acls
+from zabd.kv.zk.errors import Code
+from zabd.kv.zk.events import EventType, KeeperState
+from zabd.kv.zk.reads import serve
+from zabd.kv.zk.records import (
+    WATCH_PERSISTENT,
+    WATCH_PERSISTENT_RECURSIVE,
+    AddAuth,
+    AddWatch,
+    CheckWatches,
+    CloseSession,
+    CreateSession,
+    ErrorResult,
+    Exists,
+    ExistsResult,
+    GetChildren,
+    GetData,
+    MultiResult,
+    OkResult,
+    Ping,
+    Read,
+    RemoveWatches,
+    SessionResult,
+    SetWatches,
+    Sync,
+    SyncResult,
+    Write,
+)
+from zabd.kv.zk.sessions import SessionIds, negotiate_timeout
+from zabd.kv.zk.tree import Applied
+from zabd.kv.zk.watches import WatchKind, WatchManager
+from zabd.server.client_session import ClientSession
+from zabd.server.proposals import ZK, ZK_SYNC, LocalReply, ProposalPath
+
+Result = Any  # a zabd.codec.zk_msgpack.Result
+
+
+class ZKWire(Protocol):
+    """A connection's encoding of what the session layer says."""
+
+    def connected(self, rid: int, session: int, password: bytes, timeout_ms: int) -> bytes: ...
+
+    def refused(self, rid: int, code: Code, message: str) -> bytes: ...
+
+    def reply(self, xid: int, zxid: int, err: Code, result: Result | None) -> bytes: ...
+
+    def event(self, kind: EventType, state: KeeperState, path: str, zxid: int) -> bytes: ...
+
+
+class ZKConn:
+    """One client connection that speaks ZooKeeper."""
+
+    __slots__ = ("io", "wire", "session", "timeout_ms", "auth", "addr", "closing")
+
+    def __init__(self, io: ClientSession, wire: ZKWire, addr: str) -> None:
+        self.io = io
+        self.wire = wire
+        self.session = 0  # 0 until the session is created or re-attached
+        self.timeout_ms = 0
+        host = addr.rsplit(":", 1)[0].strip("[]")
+        self.auth: list[acls.Id] = [acls.Id("ip", host)]
+        self.addr = addr
+        self.closing = False  # a closeSession is under way
+
+
+def _err(result: Result) -> Code:
+    if isinstance(result, ErrorResult):
+        return result.code
+    if isinstance(result, MultiResult) and result.failed:
+        return next(r.code for r in result.results if isinstance(r, ErrorResult) and r.code != Code.OK)
+    return Code.OK
+
+
+class ZKSessions:
+    def __init__(self, machine: KVMachine, proposals: ProposalPath, server_id: int, tick_ms: int,
+                 super_digest: str | None, now_ms: Callable[[], int], log: Any) -> None:
+        self.machine = machine
+        self.proposals = proposals
+        self.tick_ms = tick_ms
+        self.super_digest = super_digest
+        self.now_ms = now_ms
+        self.log = log
+        self.ids = SessionIds(server_id, now_ms())
+        self.conns: dict[ClientSession, ZKConn] = {}
+        self.attached: dict[int, ZKConn] = {}  # session id -> the connection that holds it here
+        self.touched: set[int] = set()  # sessions heard from since the last report to the leader
+        self.watches = WatchManager()
+        self.on_created: Callable[[int, int], None] | None = None  # (session, timeout): the leader tracks it
+        self.on_closed: Callable[[int], None] | None = None
+        self._sync_paths: dict[tuple[int, int], str] = {}
+        machine.zk_applied = self.applied
+        machine.zk_restored = self.restored
+        proposals.answers[ZK] = self
+        proposals.answers[ZK_SYNC] = _SyncAnswers(self)
+
+    # ------------------------------------------------------------ connecting
+
+    def connect(self, io: ClientSession, wire: ZKWire, rid: int, session: int, password: bytes,
+                timeout_ms: int, last_zxid: int, addr: str) -> bool:
+        """A client's connect request; False: close the connection after the answer."""
+        tree = self.machine.zk
+        if io in self.conns:
+            io.answer(wire.refused(rid, Code.BAD_ARGUMENTS, "this connection already has a session"))
+            return False
+        if last_zxid > tree.applied:
+            # ZooKeeper's rule: a client never sees time go backwards
+            io.answer(wire.refused(rid, Code.CONNECTION_LOSS, f"this server has seen zxid {tree.applied:#x}, the "
+                                                              f"client {last_zxid:#x}: try another server"))
+            return False
+        conn = ZKConn(io, wire, addr)
+        if session == 0:
+            self.conns[io] = conn
+            sid = self.ids.next()
+            while sid in tree.sessions:
+                sid = self.ids.next()
+            conn.session = sid
+            conn.timeout_ms = negotiate_timeout(timeout_ms, self.tick_ms)
+            create = CreateSession(sid, conn.timeout_ms, os.urandom(16))
+            self.proposals.submit(io, rid, wire_write(sid, (), create))
+            return True
+        known = tree.sessions.get(session)
+        if known is None or known.password != password:
+            io.answer(wire.refused(rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has expired"))
+            return False
+        self.conns[io] = conn
+        self._attach(conn, session, known.timeout_ms)
+        io.answer(wire.connected(rid, session, known.password, known.timeout_ms))
+        return True
+
+    def _attach(self, conn: ZKConn, session: int, timeout_ms: int) -> None:
+        old = self.attached.get(session)
+        if old is not None and old is not conn:
+            # the client moved to a new connection: the old one is done
+            self._hang_up(old)
+        conn.session = session
+        conn.timeout_ms = timeout_ms
+        self.attached[session] = conn
+        self.touched.add(session)
+
+    def _hang_up(self, conn: ZKConn) -> None:
+        self.watches.drop(conn)
+        self.conns.pop(conn.io, None)
+        if self.attached.get(conn.session) is conn:
+            del self.attached[conn.session]
+        conn.io.hang_up()
+
+    def restored(self) -> None:
+        """A snapshot replaced the tree: this server's watches may have
+        missed changes. Every client reconnects and re-registers them with
+        the last zxid it saw, which fires what it missed (as a ZooKeeper
+        follower that resyncs drops its clients)."""
+        for conn in list(self.conns.values()):
+            self._hang_up(conn)
+
+    def closed(self, io: ClientSession) -> None:
+        """The connection is gone; its session lives on until it expires."""
+        conn = self.conns.pop(io, None)
+        if conn is not None:
+            self.watches.drop(conn)
+            if self.attached.get(conn.session) is conn:
+                del self.attached[conn.session]
+
+    # -------------------------------------------------------------- requests
+
+    def request(self, io: ClientSession, xid: int, req: Write | Read | Any) -> bool:
+        """One request of a connected client; False: close after the answer."""
+        conn = self.conns.get(io)
+        if conn is None or conn.session not in self.attached:
+            msg = "connect first (zk_connect)" if conn is None else "the session is not open yet"
+            io.answer(schema.error_frame(xid, schema.BAD_REQUEST, msg))
+            return False
+        self.touched.add(conn.session)
+        if conn.session not in self.machine.zk.sessions:
+            io.answer(conn.wire.reply(xid, self.machine.zk.applied, Code.SESSION_EXPIRED, None))
+            self._hang_up(conn)
+            return True
+        if isinstance(req, Read):
+            io.open_slot(lambda: self._read(conn, xid, req))
+        elif isinstance(req, CloseSession):
+            conn.closing = True
+            self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req))
+        elif isinstance(req, Write):
+            if isinstance(req, CreateSession):
+                io.answer(conn.wire.reply(xid, 0, Code.BAD_ARGUMENTS, None))
+            else:
+                self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req))
+        elif isinstance(req, Sync):
+            self._sync_paths[(id(io), xid)] = req.path
+            self.proposals.sync(io, xid, ZK_SYNC)
+        elif isinstance(req, Ping):
+            io.open_slot(lambda: conn.wire.reply(xid, self.machine.zk.applied, Code.OK, OkResult()))
+        elif isinstance(req, AddAuth):
+            return self._add_auth(conn, xid, req)
+        elif isinstance(req, (AddWatch, SetWatches, RemoveWatches, CheckWatches)):
+            io.open_slot(lambda: self._watch_op(conn, xid, req))
+        else:
+            io.answer(conn.wire.reply(xid, 0, Code.UNIMPLEMENTED, None))
+        return True
+
+    def _read(self, conn: ZKConn, xid: int, req: Read) -> bytes:
+        tree = self.machine.zk
+        result = serve(tree, req, conn.auth, conn.session)
+        watch = getattr(req, "watch", False)
+        if watch:
+            if isinstance(req, Exists) and isinstance(result, ExistsResult):
+                kind = WatchKind.DATA if result.stat is not None else WatchKind.EXIST
+                self.watches.add(conn, req.path, kind)
+            elif isinstance(req, GetData) and not isinstance(result, ErrorResult):
+                self.watches.add(conn, req.path, WatchKind.DATA)
+            elif isinstance(req, GetChildren) and not isinstance(result, ErrorResult):
+                self.watches.add(conn, req.path, WatchKind.CHILD)
+        return conn.wire.reply(xid, tree.applied, _err(result), None if isinstance(result, ErrorResult) else result)
+
+    def _add_auth(self, conn: ZKConn, xid: int, req: AddAuth) -> bool:
+        if req.scheme != "digest":
+            conn.io.answer(conn.wire.reply(xid, 0, Code.AUTH_FAILED, None))
+            return False
+        try:
+            ids = acls.digest_auth(req.auth.decode("utf-8", "replace"), self.super_digest)
+        except Exception:
+            conn.io.answer(conn.wire.reply(xid, 0, Code.AUTH_FAILED, None))
+            return False
+        for i in ids:
+            if i not in conn.auth:
+                conn.auth.append(i)
+        conn.io.answer(conn.wire.reply(xid, 0, Code.OK, OkResult()))
+        return True
+
+    def _watch_op(self, conn: ZKConn, xid: int, req: AddWatch | SetWatches | RemoveWatches | CheckWatches) -> bytes:
+        tree = self.machine.zk
+        err = Code.OK
+        if isinstance(req, AddWatch):
+            if req.mode == WATCH_PERSISTENT:
+                self.watches.add(conn, req.path, WatchKind.PERSISTENT)
+            elif req.mode == WATCH_PERSISTENT_RECURSIVE:
+                self.watches.add(conn, req.path, WatchKind.PERSISTENT_RECURSIVE)
+            else:
+                err = Code.BAD_ARGUMENTS
+        elif isinstance(req, SetWatches):
+            fired = self.watches.set_watches(conn, req.relative_zxid, req.data, req.exist, req.child,
+                                             req.persistent, req.persistent_recursive, tree.stat)
+            self._notify(fired, tree.applied)
+        elif isinstance(req, RemoveWatches):
+            # the client library raises the watch-removed events itself (ZooKeeper's server sends none)
+            if not self.watches.remove(conn, req.path, req.watcher_type):
+                err = Code.NO_WATCHER
+        elif not self.watches.contains(conn, req.path, req.watcher_type):
+            err = Code.NO_WATCHER
+        return conn.wire.reply(xid, tree.applied, err, OkResult() if err == Code.OK else None)
+
+    def _notify(self, fired: list[tuple[Any, EventType, str]], zxid: int) -> None:
+        for owner, kind, path in fired:
+            conn: ZKConn = owner
+            if not conn.io.closed:
+                conn.io.push(conn.wire.event(kind, KeeperState.SYNC_CONNECTED, path, zxid))
+
+    # ------------------------------------------------- applied txns, answers
+
+    def applied(self, zxid: int, applied: Applied) -> None:
+        """Every ZooKeeper txn this replica applies, in order."""
+        if applied.triggers:
+            self._notify(self.watches.trigger(applied.triggers), zxid)
+        result = applied.result
+        if isinstance(result, SessionResult):
+            sid = result.session_id
+            session = self.machine.zk.sessions.get(sid)
+            if session is not None:
+                if self.on_created is not None:
+                    self.on_created(sid, session.timeout_ms)
+                return
+            if self.on_closed is not None:
+                self.on_closed(sid)
+            conn = self.attached.get(sid)
+            if conn is not None and not conn.closing:
+                # expired (or closed elsewhere): tell the client, then hang up
+                conn.io.push(conn.wire.event(EventType.NONE, KeeperState.EXPIRED, "", zxid))
+                self._hang_up(conn)
+
+    def ok(self, reply: LocalReply, zxid: int) -> bytes:
+        """The answer to a ZooKeeper write, once applied here."""
+        conn = self.conns.get(reply.session)
+        result = self.machine.zk_result(zxid)
+        wire_ = conn.wire if conn is not None else None
+        if wire_ is None:
+            return b""
+        if result is None:
+            return wire_.reply(reply.rid, zxid, Code.CONNECTION_LOSS, None)
+        assert conn is not None
+        if isinstance(result, SessionResult) and conn.session == result.session_id and not conn.closing:
+            session = self.machine.zk.sessions.get(result.session_id)
+            if session is None:
+                return wire_.refused(reply.rid, Code.SESSION_EXPIRED, "the session ended as it was created")
+            self._attach(conn, result.session_id, session.timeout_ms)
+            return wire_.connected(reply.rid, result.session_id, session.password, session.timeout_ms)
+        if isinstance(result, SessionResult):  # this connection's close
+            self._hang_up(conn)
+            return wire_.reply(reply.rid, zxid, Code.OK, OkResult())
+        return wire_.reply(reply.rid, zxid, _err(result), None if isinstance(result, ErrorResult) else result)
+
+    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
+        conn = self.conns.get(reply.session)
+        if conn is None:
+            return b""
+        if conn.session not in self.attached:  # a connect whose CreateSession failed
+            self.conns.pop(conn.io, None)
+            conn.io.hang_up()
+            return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
+        return conn.wire.reply(reply.rid, 0, Code.CONNECTION_LOSS, None)
+
+    def synced(self, reply: LocalReply, zxid: int) -> bytes:
+        conn = self.conns.get(reply.session)
+        path = self._sync_paths.pop((id(reply.session), reply.rid), "/")
+        if conn is None:
+            return b""
+        return conn.wire.reply(reply.rid, zxid, Code.OK, SyncResult(path))
+
+    def sync_failed(self, reply: LocalReply, code: str, message: str) -> bytes:
+        self._sync_paths.pop((id(reply.session), reply.rid), None)
+        return self.fail(reply, code, message)
+
+    def take_touched(self) -> set[int]:
+        touched, self.touched = self.touched, set()
+        return touched
+
+
+class _SyncAnswers:
+    def __init__(self, sessions: ZKSessions) -> None:
+        self.sessions = sessions
+
+    def ok(self, reply: LocalReply, zxid: int) -> bytes:
+        return self.sessions.synced(reply, zxid)
+
+    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
+        return self.sessions.sync_failed(reply, code, message)
+
+
+def wire_write(session: int, auth: tuple[acls.Id, ...] | list[acls.Id], req: Write) -> wire.ZKWrite:
+    return wire.ZKWrite(session, tuple((a.scheme, a.id) for a in auth), encode_request(req))
