@@ -21,9 +21,10 @@ from zabd.kv.zk.records import (
     Create,
     CreateResult,
     DataResult,
+    Delete,
+    Exists,
     ExistsResult,
     GetData,
-    Exists,
     SetData,
     Sync,
 )
@@ -157,3 +158,72 @@ async def test_a_connected_owner_learns_its_session_expired(cluster_factory: Fac
         await asyncio.wait_for(quiet.closed.wait(), 10)
     finally:
         await quiet.drop()
+
+
+async def test_session_order_and_event_before_later_answers(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3, extra=ZK)
+    leader = await cluster.wait_leader()
+    follower = next(i for i in (1, 2, 3) if i != leader)
+    writer = await ZKDriver.connect(cluster.client_addr(leader))
+    watcher = await ZKDriver.connect(cluster.client_addr(follower))
+    try:
+        # pipelined without waiting: the read is answered after the session's write, and sees it
+        created, read = await asyncio.gather(watcher.call(Create("/o", b"1")), watcher.call(GetData("/o", watch=True)))
+        assert created[1] == Code.OK
+        assert isinstance(read[2], DataResult) and read[2].data == b"1"
+        await writer.ok(Sync("/o"))
+        await writer.ok(SetData("/o", b"2"))
+        # the watcher's next request is answered after the event of the change it reads
+        await watcher.ok(Sync("/o"))
+        xid, (_, err, got) = await watcher.call_xid(GetData("/o"))
+        assert err == Code.OK and isinstance(got, DataResult) and got.data == b"2"
+        arrivals = watcher.arrivals
+        assert ("event", "/o") in arrivals
+        assert arrivals.index(("event", "/o")) < arrivals.index(("reply", xid)), arrivals
+        kind, _, path, _ = await watcher.event()
+        assert (kind, path) == (EventType.NODE_DATA_CHANGED, "/o")
+    finally:
+        await writer.drop()
+        await watcher.drop()
+
+
+async def test_set_watches_after_a_reconnect_fires_what_was_missed(cluster_factory: Factory) -> None:
+    from zabd.kv.zk.records import WATCH_PERSISTENT_RECURSIVE, AddWatch, CheckWatches, RemoveWatches, SetWatches
+
+    cluster = cluster_factory(3, extra=ZK)
+    leader = await cluster.wait_leader()
+    others = [i for i in (1, 2, 3) if i != leader]
+    client = await ZKDriver.connect(cluster.client_addr(others[0]))
+    writer = await ZKDriver.connect(cluster.client_addr(leader))
+    try:
+        for path in ("/d", "/c", "/gone"):
+            await client.ok(Create(path, b""))
+        await client.ok(GetData("/d", watch=True))
+        seen = client.last_zxid
+        await client.drop()  # the connection, not the session
+        await writer.ok(SetData("/d", b"changed"))
+        await writer.ok(Create("/c/kid", b""))
+        await writer.ok(Delete("/gone"))
+        back = await ZKDriver.connect(cluster.client_addr(others[1]), session=client.session,
+                                      password=client.password, last_zxid=seen)
+        try:
+            await back.ok(Sync("/"))
+            await back.ok(SetWatches(seen, data=("/d",), exist=("/new",), child=("/c", "/gone")))
+            fired = {(await back.event())[:3:2] for _ in range(3)}
+            assert fired == {(EventType.NODE_DATA_CHANGED, "/d"), (EventType.NODE_CHILDREN_CHANGED, "/c"),
+                             (EventType.NODE_DELETED, "/gone")}
+            # the exist watch was registered: it fires when the node appears
+            await writer.ok(Create("/new", b""))
+            assert (await back.event())[:3:2] == (EventType.NODE_CREATED, "/new")
+            # a persistent recursive watch hears of changes below it and stays
+            await back.ok(AddWatch("/c", WATCH_PERSISTENT_RECURSIVE))
+            await writer.ok(SetData("/c/kid", b"1"))
+            await writer.ok(SetData("/c/kid", b"2"))
+            assert [(await back.event())[:3:2] for _ in range(2)] == [(EventType.NODE_DATA_CHANGED, "/c/kid")] * 2
+            assert (await back.call(CheckWatches("/c", 5)))[1] == Code.OK
+            assert (await back.call(RemoveWatches("/c", 5)))[1] == Code.OK
+            assert (await back.call(CheckWatches("/c", 5)))[1] == Code.NO_WATCHER
+        finally:
+            await back.drop()
+    finally:
+        await writer.drop()

@@ -29,6 +29,7 @@ class ZKDriver:
         self.frames = FrameReader(1 << 26, use_list=True)
         self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.events: asyncio.Queue[tuple[int, int, str, int]] = asyncio.Queue()
+        self.arrivals: list[tuple[str, Any]] = []  # ("event", path) and ("reply", xid), in arrival order
         self.xids = itertools.count(1)
         self.session = 0
         self.password = b""
@@ -64,8 +65,10 @@ class ZKDriver:
                 for body in self.frames.feed(data):
                     if "event" in body:
                         kind, state, path = body["event"]
+                        self.arrivals.append(("event", path))
                         self.events.put_nowait((kind, state, path, body["zxid"]))
                         continue
+                    self.arrivals.append(("reply", body["id"]))
                     fut = self.waiting.pop(body["id"], None)
                     if fut is not None and not fut.done():
                         fut.set_result(body)
@@ -84,7 +87,17 @@ class ZKDriver:
 
     async def call(self, req: Request) -> tuple[int, Code, Result | None]:
         """(zxid, error code, result) of one request."""
-        body = await self._send({"type": "zk", "req": encode_request(req)})
+        return self._answer(await self._send({"type": "zk", "req": encode_request(req)}))
+
+    async def call_xid(self, req: Request) -> tuple[int, tuple[int, Code, Result | None]]:
+        """The xid the request went with, and its answer."""
+        xid = next(self.xids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiting[xid] = fut
+        self.writer.write(frame({"v": 1, "id": xid, "type": "zk", "req": encode_request(req)}))
+        return xid, self._answer(await asyncio.wait_for(fut, 10))
+
+    def _answer(self, body: dict[str, Any]) -> tuple[int, Code, Result | None]:
         if not body.get("ok"):
             raise ZKRefused(body.get("err", int(Code.SYSTEM_ERROR)), body.get("message", str(body)))
         zxid = body["zxid"]
