@@ -64,12 +64,21 @@ def digest_id(user: str, password: str) -> str:
 
 def digest_auth(credentials: str, super_digest: str | None = None) -> tuple[Id, ...]:
     """The ids an ``addauth digest user:password`` proves (``super`` too when
-    it matches the configured ``super_digest``, as ZooKeeper's provider does)."""
-    user, sep, password = credentials.partition(":")
-    if not sep:
-        raise ZKError(Code.AUTH_FAILED)
-    did = digest_id(user, password)
+    it matches the configured ``super_digest``, as ZooKeeper's provider does).
+    Like ZooKeeper's ``generateDigest``, the id is the part before the first
+    colon and the hash is of the whole string, so this never fails."""
+    user = credentials.split(":", 1)[0]
+    raw = hashlib.sha1(credentials.encode()).digest()  # ZooKeeper's format, not a choice
+    did = f"{user}:{base64.b64encode(raw).decode()}"
     return (Id("digest", did), SUPER) if super_digest is not None and did == super_digest else (Id("digest", did),)
+
+
+def _java_split(s: str, sep: str) -> list[str]:
+    # Java's String.split drops trailing empty strings; ZooKeeper's checks count on it
+    parts = s.split(sep)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
 
 
 def _valid_ip(spec: str) -> bool:
@@ -85,7 +94,7 @@ def _valid_ip(spec: str) -> bool:
 
 def _valid(id_: Id) -> bool:
     if id_.scheme == "digest":
-        return len(id_.id.split(":")) == 2
+        return len(_java_split(id_.id, ":")) == 2
     if id_.scheme == "ip":
         return _valid_ip(id_.id)
     return False
@@ -127,9 +136,9 @@ def _ip_matches(client: str, spec: str) -> bool:
 
 
 def allowed(acl: Sequence[ACL], perm: int, auth: Sequence[Id]) -> bool:
-    """ZooKeeper's ``checkACL``: an empty ACL or the superuser allows all;
+    """ZooKeeper's ``checkACL``: an empty ACL or any ``super`` id allows all;
     otherwise an entry that grants any bit of ``perm`` to one of ``auth``."""
-    if not acl or SUPER in auth:
+    if not acl or any(a.scheme == "super" for a in auth):
         return True
     for entry in acl:
         if not entry.perms & perm:

@@ -199,7 +199,7 @@ class ZKLeader:
             try:
                 if not isinstance(op, (Create, Delete, SetData, Check)):
                     raise ZKError(Code.BAD_ARGUMENTS)
-                ops.append(self._write(t, session, auth, op))
+                ops.append(self._write(t, session, auth, op, in_multi=True))
             except ZKError as exc:
                 # ZooKeeper's answer: OK before the failed op, its error,
                 # RUNTIME_INCONSISTENCY after; nothing of it is applied
@@ -209,7 +209,7 @@ class ZKLeader:
                 return [[tx.T_ERROR, c] for c in codes]
         return ops
 
-    def _write(self, t: _Txn, session: int, auth: Sequence[Id], req: Write) -> list[Any]:
+    def _write(self, t: _Txn, session: int, auth: Sequence[Id], req: Write, in_multi: bool = False) -> list[Any]:
         if isinstance(req, CreateSession):
             t.sessions[req.session_id] = True
             return [tx.T_CREATE_SESSION, req.timeout_ms, req.password]
@@ -242,6 +242,8 @@ class ZKLeader:
             n.acl = fixed
             return [tx.T_SET_ACL, req.path, acls.to_wire(fixed), aversion]
         if isinstance(req, Check):
+            if not in_multi:  # ZOOKEEPER-2623 (3.8.5+): check is a multi op only
+                raise ZKError(Code.UNIMPLEMENTED, req.path)
             paths.validate(req.path)
             r = t.rec(req.path)
             acls.check(r.acl, acls.READ, auth, req.path)
@@ -287,6 +289,8 @@ class ZKLeader:
         else:
             owner = 0
         cversion = parent.cversion + 1
+        if cversion > INT_MAX:  # a Java int: it wraps, and the tree then keeps the old one
+            cversion = -(1 << 31)
         p = t.nodes[ppath] = parent.copy()
         p.children += 1
         p.cversion = cversion

@@ -52,7 +52,12 @@ def serve(tree: DataTree, req: Read, auth: Sequence[Id], session: int) -> ReadRe
         if isinstance(req, Exists):
             if "\0" in req.path:
                 raise ZKError(Code.BAD_ARGUMENTS, req.path)
-            return ExistsResult(tree.stat(req.path))
+            found = tree.nodes.get(req.path)
+            if found is None:
+                return ExistsResult(None)
+            # ZOOKEEPER-2590 (3.8.4+): the stat of an existing node needs READ
+            acls.check(found.acl, acls.READ, auth, req.path)
+            return ExistsResult(found.stat())
         if isinstance(req, GetChildren):
             node = _node(tree, req.path, acls.READ, auth)
             return ChildrenResult(tree.children_of(req.path), node.stat() if req.with_stat else None)

@@ -40,6 +40,8 @@ class SessionIds:
     def next(self) -> int:
         sid = _signed(self._next)
         self._next += 1
+        if sid == -(1 << 63):  # that value marks containers (ZooKeeper skips it too)
+            return self.next()
         return sid
 
 

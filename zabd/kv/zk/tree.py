@@ -69,6 +69,10 @@ HEADER = struct.Struct("<QQQqqiiiq")
 HEADER_SIZE = HEADER.size
 
 
+def _int32(v: int) -> int:
+    return (v + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
 class ZNode:
     """One znode. Never changed in place (a change makes a new one), except
     ``children``: the full paths of its children, shared by its versions."""
@@ -131,9 +135,15 @@ class ZNode:
         return self.header()[8]
 
     def stat(self) -> Stat:
+        """The Stat a client sees (ZooKeeper's ``DataNode.copyStat``): the
+        stored cversion counts creates of children, a client's counts every
+        change (``creates * 2 - children now``), and containers and TTL nodes
+        show no ephemeral owner."""
         cz, mz, pz, ct, mt, ver, cv, av, owner = HEADER.unpack_from(self.blob)
-        return Stat(cz, mz, ct, mt, ver, cv, av, owner, len(self.blob) - HEADER_SIZE,
-                    len(self.children) if self.children else 0, pz)
+        kids = len(self.children) if self.children else 0
+        if owner < 0 and (owner == CONTAINER_OWNER or ttl_of(owner)):
+            owner = 0
+        return Stat(cz, mz, ct, mt, ver, _int32(cv * 2 - kids), av, owner, len(self.blob) - HEADER_SIZE, kids, pz)
 
     def with_header(self, mzxid: int, pzxid: int, mtime: int, version: int, cversion: int, aversion: int,
                     children: set[str] | None, data: bytes | None = None, acl: tuple[ACL, ...] | None = None) -> ZNode:
@@ -380,7 +390,9 @@ class DataTree:
         return SessionResult(sid)
 
     def _close_session(self, zxid: int, sid: int, paths: list[str], triggers: list[Trigger]) -> WriteResult:
-        for path in paths:
+        # the leader's list, then whatever the tree still holds of the session
+        # (ZooKeeper's killSession does both)
+        for path in [*paths, *sorted(self.ephemerals.get(sid, ()))]:
             node = self.nodes.get(path)
             if node is not None and node.owner == sid:
                 self._delete(zxid, path, triggers)
