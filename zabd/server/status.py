@@ -131,5 +131,6 @@ class StatusReport:
                 "digest_zxid": tree.applied,
                 "digest": f"{tree.digest:016x}",
                 "connections": len(self.zk.conns) if self.zk is not None else 0,
+                "watches": len(self.zk.watches) if self.zk is not None else 0,
             }
         return out
