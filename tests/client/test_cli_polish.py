@@ -111,6 +111,10 @@ def test_status_json_zxids_are_epoch_counter(cluster: LocalCluster) -> None:
         assert int(st["last_committed"].split(":")[0]) >= 1
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_log_follow_ends_quietly_on_ctrl_c(cluster: LocalCluster) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
     proc = subprocess.Popen(
@@ -119,6 +123,11 @@ def test_log_follow_ends_quietly_on_ctrl_c(cluster: LocalCluster) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        # Ctrl-C reaches a process only if it does not ignore SIGINT, and a shell
+        # without job control starts background jobs (a CI script's `cmd &`) with
+        # SIGINT ignored, inherited by this test and by the child: give the child
+        # the disposition of a foreground command, whoever started the suite.
+        preexec_fn=_default_sigint,
     )
     try:
         assert zabd("propose", "--servers", cluster.client_addr(1), "ping").returncode == 0
