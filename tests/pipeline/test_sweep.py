@@ -216,3 +216,21 @@ def test_the_server_variant_sweeps_and_replays(spark: Any, tmp_path: Path) -> No
     assert r["command"].endswith("--variant server --check")
     proc = run_cli(*shlex.split(r["command"])[1:])
     assert proc.returncode == 0 and proc.stdout == r["digest"], proc.stderr
+
+
+def test_the_zookeeper_workload_sweeps_and_replays(spark: Any, tmp_path: Path) -> None:
+    """--workload zk: the leader decides ZooKeeper requests, every node applies
+    them to a tree, the checker compares the trees zxid by zxid."""
+    grid = make_grid(
+        {"scenarios": 150, "seed": 9, "nodes": [3, 5], "rounds": [2500], "proposals": [80],
+         "faults_per_run": [0, 6], "workload": "zk"}
+    )
+    assert grid.command().endswith("--workload zk")
+    report = sweep(spark, grid, str(tmp_path), progress=False, plots=False)
+    assert report.failures == 0, report.failed_rows
+    rows = read_rows(tmp_path)
+    assert len(rows) == 150 and all(r["committed"] > 0 for r in rows if r["faults_per_run"] == 0)
+    r = next(r for r in rows if r["fault_events"] >= 3)
+    assert r["command"].endswith("--workload zk --check")
+    proc = run_cli(*shlex.split(r["command"])[1:])
+    assert proc.returncode == 0 and proc.stdout == r["digest"], proc.stderr

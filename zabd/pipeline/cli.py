@@ -1,8 +1,8 @@
 """``zabd pipeline``: Spark sweeps of simulated scenarios and audits of real logs.
 
     zabd pipeline sweep --scenarios N --out DIR [--seed S] [--nodes 3,5,7] [--rounds R,...]
-                        [--proposals K,...] [--faults-per-run F,...] [--variant canonical|server] [--task-size T]
-                        [--master URL] [--quiet] [--no-plots]
+                        [--proposals K,...] [--faults-per-run F,...] [--variant canonical|server]
+                        [--workload raw|zk] [--task-size T] [--master URL] [--quiet] [--no-plots]
     zabd pipeline sweep --grid FILE.toml [--out DIR] [--master URL] ...
     zabd pipeline audit DIR... [--out DIR] [--master URL] [--quiet]
     zabd pipeline handmade NAME      (replay a hand-made checker input: lost-commit, agreement, clean)
@@ -93,7 +93,7 @@ def spark_unavailable() -> str | None:
 
 # -------------------------------------------------------------------- sweep
 
-SWEEP_GRID_OPTIONS = ("scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run", "variant")
+SWEEP_GRID_OPTIONS = ("scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run", "variant", "workload")
 SWEEP_OPTIONS = (*SWEEP_GRID_OPTIONS, "grid", "out", "master", "task-size")
 SWEEP_FLAGS = ("quiet", "no-plots")
 
@@ -135,8 +135,9 @@ def sweep_main(argv: list[str]) -> int:
             for name, (lo, hi) in limits.items():
                 if name in p.values:
                     values[name.replace("-", "_")] = list(parse_int_csv(f"--{name}", p.values[name], lo, hi))
-            if "variant" in p.values:
-                values["variant"] = p.values["variant"]
+            for name in ("variant", "workload"):
+                if name in p.values:
+                    values[name] = p.values[name]
             grid = make_grid(values)
         out = p.values.get("out", extra.get("out"))
         if not isinstance(out, str) or not out:

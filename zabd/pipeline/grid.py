@@ -62,6 +62,8 @@ class Grid:
     canaries: tuple[str, ...] = ()
     # "server": the server's protocol variant (windowed, sync plans); not canonical
     variant: str = "canonical"
+    # "zk": ZooKeeper requests and a tree per node (zabd.sim.zk_workload); not canonical
+    workload: str = "raw"
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -90,6 +92,7 @@ class Grid:
             "faults_per_run": list(self.faults_per_run),
             "canaries": list(self.canaries),
             "variant": self.variant,
+            "workload": self.workload,
         }
 
     def command(self) -> str:
@@ -103,6 +106,7 @@ class Grid:
             f"--rounds {csv(self.rounds)} --proposals {csv(self.proposals)} "
             f"--faults-per-run {csv(self.faults_per_run)}"
             + (f" --variant {self.variant}" if self.variant != "canonical" else "")
+            + (f" --workload {self.workload}" if self.workload != "raw" else "")
         )
 
 
@@ -175,7 +179,8 @@ def check_canaries(field: str, value: object) -> tuple[str, ...]:
 
 
 GRID_KEYS = (
-    "scenarios", "seed", "nodes", "rounds", "proposals", "faults_per_run", "canaries", "variant", "task_size", "out"
+    "scenarios", "seed", "nodes", "rounds", "proposals", "faults_per_run", "canaries", "variant", "workload",
+    "task_size", "out",
 )
 DEFAULTS: dict[str, object] = {
     "seed": 0,
@@ -201,6 +206,7 @@ def make_grid(values: dict[str, object], where: str = "") -> Grid:
         faults_per_run=_int_list(f"{where}faults_per_run", merged["faults_per_run"], 0, MAX_FAULTS_PER_RUN),
         canaries=check_canaries(f"{where}canaries", merged.get("canaries", [])),
         variant=check_variant(f"{where}variant", merged.get("variant", "canonical")),
+        workload=check_workload(f"{where}workload", merged.get("workload", "raw")),
     )
 
 
@@ -209,6 +215,14 @@ def check_variant(field: str, value: object) -> str:
 
     if not isinstance(value, str) or value not in VARIANTS:
         raise GridError(f"{field}: {value!r} is not a protocol variant (expected one of {', '.join(VARIANTS)})")
+    return value
+
+
+def check_workload(field: str, value: object) -> str:
+    from zabd.sim.simulator import WORKLOADS
+
+    if not isinstance(value, str) or value not in WORKLOADS:
+        raise GridError(f"{field}: {value!r} is not a workload (expected one of {', '.join(WORKLOADS)})")
     return value
 
 

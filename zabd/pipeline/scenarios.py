@@ -76,7 +76,8 @@ def scenario_config(grid: Grid, index: int) -> tuple[int, SimConfig, int]:
     c, cell = grid.cell_of(index)
     seed = grid.scenario_seed(index)
     faults = tuple(random_faults(seed, cell.nodes, cell.rounds, cell.faults_per_run))
-    config = SimConfig(seed, cell.nodes, cell.rounds, cell.proposals, faults=faults, options=VARIANTS[grid.variant])
+    config = SimConfig(seed, cell.nodes, cell.rounds, cell.proposals, faults=faults, options=VARIANTS[grid.variant],
+                       workload=grid.workload)
     return c, config, cell.faults_per_run
 
 

@@ -228,6 +228,11 @@ class SafetyChecker:
         """The windowed variant: a node's in-memory window is not its log's tail."""
         self._fail(tick, node, "window", problem)
 
+    def record_state_machine(self, tick: int, node: int, kind: str, detail: str) -> None:
+        """The ZooKeeper workload: replicas' trees disagree, or a txn does
+        not apply (``zabd.sim.zk_workload``)."""
+        self._fail(tick, node, kind, detail)
+
     def record_crash(self, node: int) -> None:
         self.record_not_leading(node)
 

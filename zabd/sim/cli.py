@@ -8,7 +8,9 @@ Beyond the spec: ``--check`` runs the safety checker (exit 1 on a violation),
 ``--random-faults COUNT`` draws a seeded fault schedule and prints it on stderr
 as ``faults: SPEC`` so the run replays with ``--faults SPEC``; ``--variant
 server`` runs the protocol variant the server runs (``zabd.protocol.options``;
-not canonical: its digests are not the spec's).
+not canonical: its digests are not the spec's); ``--workload zk`` proposes
+ZooKeeper requests decided by the leader and applied to a tree on every node
+(``zabd.sim.zk_workload``; not canonical either).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from dataclasses import dataclass
 from zabd.protocol.options import VARIANTS
 from zabd.protocol.zxid import CounterOverflow
 from zabd.sim.faults import FaultEvent, FaultSpecError, format_faults, parse_faults, random_faults
+from zabd.sim.simulator import WORKLOADS
 
 U64_MAX = (1 << 64) - 1
 _DECIMAL = re.compile(r"[0-9]+")
-VALUE_OPTIONS = ("seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults", "variant")
+VALUE_OPTIONS = (
+    "seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults", "variant", "workload"
+)
 FLAG_OPTIONS = ("check",)
 REQUIRED = ("seed", "nodes", "rounds", "proposals")
 
@@ -39,6 +44,7 @@ class HelpRequested(Exception):
 
 HELP = """usage: zabd sim --seed S --nodes N --rounds R --proposals K [--partition s,d,...] [--faults SPEC]
                 [--dump FILE] [--check] [--random-faults COUNT] [--variant canonical|server]
+                [--workload raw|zk]
 
 Run the deterministic simulator (spec ../shared/spec/canonical-sim.md) and print the
 SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
@@ -55,6 +61,8 @@ SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
   --check               run the safety checker after every handler; exit 1 on a violation
   --random-faults COUNT draw a fault schedule from the seed (printed on stderr as faults: SPEC)
   --variant NAME        canonical (default) or server (the server's variant; not the spec's digests)
+  --workload NAME       raw (default: zab-N payloads) or zk (ZooKeeper sessions, znodes, multi, ACLs,
+                        expiry, a tree per node checked by --check; not the spec's digests)
 
 Options are --name value (not --name=value); numbers are plain decimals.
 Usage errors: one line on stderr, nothing on stdout, exit 2."""
@@ -72,6 +80,7 @@ class SimArgs:
     check: bool
     random_faults: int | None
     variant: str
+    workload: str
 
 
 def plain_decimal(name: str, text: str, limit: int = U64_MAX) -> int:
@@ -149,8 +158,12 @@ def parse_args(argv: list[str]) -> SimArgs:
     variant = raw.get("variant", "canonical")
     if variant not in VARIANTS:
         raise UsageError(f"--variant: {variant!r} is not a variant; expected one of {', '.join(VARIANTS)}")
+    workload = raw.get("workload", "raw")
+    if workload not in WORKLOADS:
+        raise UsageError(f"--workload: {workload!r} is not a workload; expected one of {', '.join(WORKLOADS)}")
     return SimArgs(
-        seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf, variant
+        seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf, variant,
+        workload,
     )
 
 
@@ -172,7 +185,8 @@ def main(argv: list[str]) -> int:
         faults = tuple(random_faults(args.seed, args.nodes, args.rounds, args.random_faults))
         print(f"faults: {format_faults(list(faults))}", file=sys.stderr)
     config = SimConfig(
-        args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults, VARIANTS[args.variant]
+        args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults, VARIANTS[args.variant],
+        args.workload,
     )
     try:
         result = run_scenario(config, check=args.check, keep_dump=args.dump is not None)

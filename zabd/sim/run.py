@@ -38,8 +38,11 @@ class ScenarioResult:
 class RunMetrics:
     """Observer that measures elections and commit latency from effects."""
 
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, sched_of: dict[int, int] | None = None) -> None:
+        """``sched_of``: zxid -> schedule tick, for payloads that are not
+        ``zab-N`` (the ZooKeeper workload fills it as its leader proposes)."""
         self.config = config
+        self.sched_of = sched_of
         self.elections = 0
         self.first_leader_tick = -1
         self.latencies: list[int] = []
@@ -51,8 +54,13 @@ class RunMetrics:
             cls = type(eff)
             if cls is AppendTxn and node.role == LEADING:
                 txn = eff.txn  # type: ignore[union-attr]
-                index = int(txn.payload[4:])
-                self._sched[txn.zxid] = schedule_tick(index, self.config.rounds, self.config.proposals)
+                if txn.payload[:4] == b"zab-":
+                    index = int(txn.payload[4:])
+                    self._sched[txn.zxid] = schedule_tick(index, self.config.rounds, self.config.proposals)
+                elif self.sched_of is not None and txn.zxid in self.sched_of:
+                    self._sched[txn.zxid] = self.sched_of.pop(txn.zxid)
+                else:
+                    continue  # the leader's own (a session expiry): no client waited for it
                 self._pending.setdefault(node.id, []).append(txn.zxid)
             elif cls is CommitTo and node.role == LEADING:
                 z = eff.zxid  # type: ignore[union-attr]
@@ -97,7 +105,6 @@ def committed_length(node: Node, history: Sequence[Txn] | None = None) -> int:
 
 
 def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False) -> ScenarioResult:
-    metrics = RunMetrics(config)
     checker: SafetyChecker | None = None
 
     def observe(tick: int, node: Node, effects: list[Effect]) -> None:
@@ -106,6 +113,8 @@ def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False)
         metrics.observe(tick, node, effects)
 
     sim = Simulator(config, observer=observe)
+    workload = sim.workload
+    metrics = RunMetrics(config, workload.sched if workload is not None else None)
     disks = sim.disks
     if check:
         history_of = (lambda node: disks.logs[node.id]) if disks is not None else None
@@ -113,6 +122,8 @@ def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False)
     nodes = sim.run()
     if checker is not None and sim.window_problem is not None:
         checker.record_window(*sim.window_problem)
+    if checker is not None and workload is not None and workload.problem is not None:
+        checker.record_state_machine(*workload.problem)
     raw = dump(nodes, disks.logs if disks is not None else None)
     return ScenarioResult(
         config=config,

@@ -12,15 +12,22 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from typing import TYPE_CHECKING
 
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send, SendSync
-from zabd.protocol.messages import Message
+from zabd.protocol.messages import Message, Txn
 from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node
 from zabd.protocol.options import CANONICAL, Options
 from zabd.protocol.rand import MASK64
 from zabd.sim.disks import SimDisks, SnapshotTransfer
 from zabd.sim.faults import Crash, Cut, FaultEvent, Restart
+
+if TYPE_CHECKING:
+    from zabd.sim.zk_workload import ZKWorkload
+
+
+WORKLOADS = ("raw", "zk")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +39,7 @@ class SimConfig:
     partition: frozenset[tuple[int, int]] = frozenset()
     faults: tuple[FaultEvent, ...] = ()
     options: Options = CANONICAL  # anything else is not canonical: digests differ from the spec's
+    workload: str = "raw"  # "zk": ZooKeeper requests instead of zab-N payloads (zabd.sim.zk_workload)
 
     def command(self) -> str:
         """The one-line ``zabd sim`` command that replays this configuration."""
@@ -46,6 +54,8 @@ class SimConfig:
             parts.append("--faults " + shlex.quote(",".join(str(e) for e in self.faults)))
         if self.options != CANONICAL:
             parts.append(f"--variant {self.options.name}")
+        if self.workload != "raw":
+            parts.append(f"--workload {self.workload}")
         return " ".join(parts)
 
 
@@ -106,6 +116,14 @@ class Simulator:
         # the windowed variant keeps each node's disk; the canonical one needs none
         self.disks = SimDisks(n) if config.options.windowed else None
         self.window_problem: tuple[int, int, str] | None = None
+        self.workload: ZKWorkload | None = None
+        if config.workload == "zk":
+            from zabd.sim.zk_workload import ZKWorkload  # the tree's modules: only when asked for
+
+            disks = self.disks
+            self.workload = ZKWorkload(
+                config.seed, n, (lambda node: disks.logs[node.id]) if disks is not None else _history
+            )
         self.seq = 0
         self.stats = SimStats()
         self.observer = observer
@@ -138,6 +156,8 @@ class Simulator:
                 problem = disks.check_window(node)
                 if problem is not None:
                     self.window_problem = (t, node.id, problem)
+        if self.workload is not None:
+            self.workload.observe(t, node, effects)
         if self.observer is not None:
             self.observer(t, node, effects)
         src = node.id
@@ -200,6 +220,8 @@ class Simulator:
         heap = self.heap
         stats = self.stats
         pending: list[bytes] = []
+        workload = self.workload
+        zk_pending: list[int] = []  # the zk workload: schedule ticks of requests not proposed yet
         next_i = 0
         next_sched = schedule_tick(0, rounds, k) if k > 0 else rounds
         fault_ticks = sorted(self.node_events)
@@ -218,9 +240,12 @@ class Simulator:
                     if isinstance(ev, Crash):
                         up[ev.node] = False
                         node.crash()
+                        # a crash ends any role; observers see it like a role change
+                        ended: list[Effect] = [RoleChanged(LOOKING, NO_LEADER, node.current_epoch, PHASE_NONE)]
+                        if self.workload is not None:
+                            self.workload.observe(t, node, ended)
                         if self.observer is not None:
-                            # a crash ends any role; observers see it like a role change
-                            self.observer(t, node, [RoleChanged(LOOKING, NO_LEADER, node.current_epoch, PHASE_NONE)])
+                            self.observer(t, node, ended)
                         # v1.4: the crash resets every live peer's connection to it
                         for peer in nodes:
                             if peer is not node and up[peer.id]:
@@ -235,7 +260,10 @@ class Simulator:
                 fault_pos += 1
             # step 1
             while next_i < k and next_sched == t:
-                pending.append(b"zab-%d" % next_i)
+                if workload is None:
+                    pending.append(b"zab-%d" % next_i)
+                else:
+                    zk_pending.append(t)
                 next_i += 1
                 next_sched = schedule_tick(next_i, rounds, k) if next_i < k else rounds
             # step 2
@@ -247,6 +275,13 @@ class Simulator:
                             self._flush(node, t)
                         stats.proposals_submitted += len(pending)
                         pending = []
+                        break
+            if workload is not None:
+                for node in nodes:
+                    if node.role == LEADING and node.synced and up[node.id]:
+                        before = len(zk_pending)
+                        zk_pending = workload.lead(node, zk_pending, t, self._flush)
+                        stats.proposals_submitted += before - len(zk_pending)
                         break
             # step 3
             while heap and heap[0][0] <= t:
@@ -291,13 +326,19 @@ class Simulator:
                     min_wake = node.wake
             if min_wake < nxt:
                 nxt = min_wake
-            if pending and nxt > t + 1:
+            if (pending or zk_pending) and nxt > t + 1:
                 for node in nodes:
                     if node.role == LEADING and node.synced and up[node.id]:
                         nxt = t + 1
                         break
             t = nxt if nxt > t else t + 1
+        if workload is not None:
+            workload.finish(t)
         return nodes
+
+
+def _history(node: Node) -> list[Txn]:
+    return node.history
 
 
 def check_u32(nodes: list[Node]) -> None:
