@@ -65,8 +65,13 @@ async def exists_everywhere(cluster: LocalCluster, nodes: list[int], path: str) 
 
 
 async def same_digests(cluster: LocalCluster, nodes: list[int]) -> bool:
-    st = await zk_status(cluster, nodes)
-    return len({(s["digest_zxid"], s["digest"]) for s in st.values()}) == 1
+    seen = set()
+    for i in nodes:
+        st = await cluster.status(i)
+        if st is None:  # not serving yet (restarting)
+            return False
+        seen.add((st["zk"]["digest_zxid"], st["zk"]["digest"]))
+    return len(seen) == 1
 
 
 async def test_sessions_ephemerals_and_watches_replicate(cluster_factory: Factory) -> None:
@@ -227,3 +232,52 @@ async def test_set_watches_after_a_reconnect_fires_what_was_missed(cluster_facto
             await back.drop()
     finally:
         await writer.drop()
+
+
+async def test_the_tree_and_sessions_survive_a_whole_cluster_restart_and_a_snap_sync(
+    cluster_factory: Factory,
+) -> None:
+    """Snapshots hold the tree and the session table: a cluster killed at once
+    comes back from its snapshots and logs with the same tree and the session
+    alive, and a follower behind the purged log gets them by SNAP."""
+    extra = {**ZK, "snap_count": 16, "snap_retain": 1, "log_segment_bytes": 4096}
+    cluster = cluster_factory(3, storage="disk", extra=extra)
+    leader = await cluster.wait_leader()
+    late = next(i for i in (1, 2, 3) if i != leader)
+    rest = [i for i in (1, 2, 3) if i != late]
+    owner = await ZKDriver.connect(cluster.client_addr(leader), timeout_ms=2000)
+    await owner.ok(Create("/app", b"root"))
+    await owner.ok(Create("/app/member-", b"me", mode=EPHEMERAL_SEQUENTIAL))
+    cluster.kill(late)  # SIGKILL
+    for i in range(80):  # snapshots, and purges of the log they cover
+        await owner.ok(Create(f"/app/n{i}", b"x" * 64))
+        if i % 3 == 0:
+            await owner.ok(SetData("/app", b"v%d" % i))
+    await until("the two live replicas agree", lambda: same_digests(cluster, rest))
+    before = (await zk_status(cluster, [leader]))[leader]
+    assert before["znodes"] == 4 + 1 + 1 + 80 and before["sessions"] == 1 and before["ephemerals"] == 1
+    await owner.drop()
+
+    for i in rest:
+        cluster.kill(i)
+    for i in rest:
+        cluster.start_node(i)
+    leader = await cluster.wait_leader(nodes=rest)
+    # the new leader gives the session a full timeout: re-attach within it
+    again = await ZKDriver.connect(cluster.client_addr(leader), session=owner.session, password=owner.password,
+                                   last_zxid=owner.last_zxid)
+    try:
+        result = await again.ok(GetData("/app"))
+        assert isinstance(result, DataResult) and result.data == b"v78"
+        await until("the restarted replicas agree on the tree", lambda: same_digests(cluster, rest))
+        after = (await zk_status(cluster, [leader]))[leader]
+        assert (after["digest"], after["digest_zxid"]) == (before["digest"], before["digest_zxid"])
+        assert after["sessions"] == 1 and after["ephemerals"] == 1
+        cluster.start_node(late)
+        await until("the late follower caught up", lambda: same_digests(cluster, [1, 2, 3]), timeout=30)
+        late_status = await cluster.status(late)
+        assert late_status is not None and late_status["sync_received"].get("SNAP", 0) >= 1, late_status
+        assert late_status["zk"]["sessions"] == 1 and late_status["zk"]["ephemerals"] == 1
+    finally:
+        await again.ok(CloseSession())
+        await again.drop()
