@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zabd.pipeline.cli import main as pipeline_main
-from zabd.pipeline.grid import make_grid
+from zabd.pipeline.grid import Grid, make_grid
 from zabd.pipeline.scenarios import COLUMN_NAMES, scenario_config
 from zabd.pipeline.sweep import SCENARIOS_DIR, sweep
 from zabd.sim.faults import parse_faults
@@ -208,12 +208,17 @@ def test_the_server_variant_sweeps_and_replays(spark: Any, tmp_path: Path) -> No
         {"scenarios": 120, "seed": 5, "nodes": [3, 5], "rounds": [2500], "proposals": [80],
          "faults_per_run": [0, 6], "variant": "server"}
     )
-    report = sweep(spark, grid, str(tmp_path), progress=False, plots=False)
+    sweep_and_replay(spark, grid, tmp_path, "--variant server --check")
+
+
+def sweep_and_replay(spark: Any, grid: Grid, out: Path, tail: str) -> None:
+    """No failure; every fault-free run commits; a row's command replays its digest."""
+    report = sweep(spark, grid, str(out), progress=False, plots=False)
     assert report.failures == 0, report.failed_rows
-    rows = read_rows(tmp_path)
-    assert len(rows) == 120 and all(r["committed"] > 0 for r in rows if r["faults_per_run"] == 0)
+    rows = read_rows(out)
+    assert len(rows) == grid.scenarios and all(r["committed"] > 0 for r in rows if r["faults_per_run"] == 0)
     r = next(r for r in rows if r["fault_events"] >= 3)
-    assert r["command"].endswith("--variant server --check")
+    assert r["command"].endswith(tail)
     proc = run_cli(*shlex.split(r["command"])[1:])
     assert proc.returncode == 0 and proc.stdout == r["digest"], proc.stderr
 
@@ -226,11 +231,4 @@ def test_the_zookeeper_workload_sweeps_and_replays(spark: Any, tmp_path: Path) -
          "faults_per_run": [0, 6], "workload": "zk"}
     )
     assert grid.command().endswith("--workload zk")
-    report = sweep(spark, grid, str(tmp_path), progress=False, plots=False)
-    assert report.failures == 0, report.failed_rows
-    rows = read_rows(tmp_path)
-    assert len(rows) == 150 and all(r["committed"] > 0 for r in rows if r["faults_per_run"] == 0)
-    r = next(r for r in rows if r["fault_events"] >= 3)
-    assert r["command"].endswith("--workload zk --check")
-    proc = run_cli(*shlex.split(r["command"])[1:])
-    assert proc.returncode == 0 and proc.stdout == r["digest"], proc.stderr
+    sweep_and_replay(spark, grid, tmp_path, "--workload zk --check")
