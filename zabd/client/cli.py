@@ -97,38 +97,6 @@ def _run(prog: str, coro_fn: Callable[[], Awaitable[int]]) -> int:
         return 130
 
 
-def _payload_json(p: bytes) -> Any:
-    try:
-        return p.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"hex": p.hex()}
-
-
-def _kv_op(payload: bytes) -> dict[str, Any] | None:
-    """A committed KV txn's fields (``zabd.kv.store.decode_txn``), or None for a raw proposal."""
-    from zabd.kv import KV_MAGIC, decode_txn
-
-    if payload[: len(KV_MAGIC)] != KV_MAGIC:
-        return None
-    try:
-        op = decode_txn(payload[len(KV_MAGIC) :])
-    except Exception:  # a malformed tagged payload: every replica ignored it too
-        return None
-    if isinstance(op.get("value"), bytes):
-        op["value"] = _payload_json(op["value"])
-    return op
-
-
-def _kv_text(op: dict[str, Any]) -> str:
-    value = op.get("value")
-    shown = value if isinstance(value, str) else f"<hex {value['hex']}>" if isinstance(value, dict) else value
-    if op["op"] == "set":
-        return f"put {op['key']}={shown} (version {op['version']})"
-    if op["op"] == "delete":
-        return f"delete {op['key']}"
-    return f"failed {op['code']} {op['key']} (version {op['version']})"
-
-
 # zxid fields of the status answer, shown epoch:counter like everywhere else in the CLI
 _STATUS_ZXIDS = ("last_zxid", "last_committed", "log_base")
 
@@ -209,14 +177,21 @@ def status_main(argv: list[str]) -> int:
 
 
 def log_main(argv: list[str]) -> int:
+    from zabd.kv import txnfmt  # the one decoder of committed payloads (KV, ZooKeeper, raw)
+
     if argv and argv[0] in ("dump", "verify"):
         try:
             tools = importlib.import_module("zabd.storage.tools")
-            func = tools.dump_main if argv[0] == "dump" else tools.verify_main
+            dump_main, verify_main = tools.dump_main, tools.verify_main
+            replay_log = importlib.import_module("zabd.kv.replay").replay_log
         except (ImportError, AttributeError) as exc:
             print(f"zabd log {argv[0]}: not available ({exc})", file=sys.stderr)
             return 2
-        result: int = func(argv[1:])
+        # the storage layer reads the files; what the payloads mean is told to it from here
+        if argv[0] == "dump":
+            result: int = dump_main(argv[1:], describe=txnfmt.txn_text)
+        else:
+            result = verify_main(argv[1:], replay=replay_log)
         return result
     p = _parser("zabd log", "print committed transactions in order ('zabd log dump|verify DIR' reads a data dir)")
     p.add_argument("--from", dest="from_zxid", default="0", help="first zxid (integer or epoch:counter)")
@@ -237,18 +212,16 @@ def log_main(argv: list[str]) -> int:
         return 2
 
     def show(z: int, payload: bytes) -> None:
-        op = _kv_op(payload)
         if args.json:
             row: dict[str, Any] = {"zxid": z, "zxid_str": zx.fmt(z)}
-            if op is not None:  # decoded, and the raw bytes as hex
-                row |= {"kv": op, "payload": {"hex": payload.hex()}}
-            else:
-                row["payload"] = _payload_json(payload)
+            decoded = txnfmt.txn_json(payload)  # {"kv": ...} or {"zk": ...}: and the raw bytes as hex
+            row |= decoded | {"payload": {"hex": payload.hex()} if decoded else txnfmt.json_bytes(payload)}
             print(json.dumps(row), flush=True)
-        elif op is not None:
-            print(f"{zx.fmt(z)}\t{_kv_text(op)}", flush=True)
-        else:
-            print(f"{zx.fmt(z)}\t{payload.decode('utf-8', 'backslashreplace')}", flush=True)
+            return
+        text = txnfmt.txn_text(payload)
+        if text is None:
+            text = payload.decode("utf-8", "backslashreplace")
+        print(f"{zx.fmt(z)}\t{text}", flush=True)
 
     async def go() -> int:
         from zabd.client.client import Client

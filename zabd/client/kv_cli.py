@@ -6,7 +6,8 @@ import json
 import sys
 from typing import Any
 
-from zabd.client.cli import _parser, _payload_json, _retry_option, _run, connect_options
+from zabd.client.cli import _parser, _retry_option, _run, connect_options
+from zabd.kv.txnfmt import json_bytes
 from zabd.protocol import zxid as zx
 
 USAGE = "usage: zabd kv {put KEY VALUE | get KEY [--sync] | cas KEY VERSION VALUE | delete KEY [--version N] | sync}"
@@ -51,7 +52,7 @@ def main(argv: list[str]) -> int:
                     await c.sync()
                 g = await c.get(args.kv_key)
                 if args.json:
-                    out = {"key": args.kv_key, "value": None if g.value is None else _payload_json(g.value)}
+                    out = {"key": args.kv_key, "value": None if g.value is None else json_bytes(g.value)}
                     out |= {"version": g.version, "zxid": g.zxid}
                     print(json.dumps(out))
                 elif g.value is None:

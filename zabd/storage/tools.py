@@ -3,6 +3,12 @@
 
 Both are read-only: they never repair (recovery at start does, for a torn
 tail only).
+
+What the records mean is the state machine's business, a layer above this
+one: the ``zabd log`` CLI hands ``dump_main`` a decoder (``describe``,
+``zabd.kv.txnfmt.txn_text``) and ``verify`` a replay (``replay``,
+``zabd.kv.replay.replay_log``: the newest snapshot restored, every committed
+txn after it applied). Without them they check the files only.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import os
 import sys
 from array import array
 from bisect import bisect_left
+from collections.abc import Callable, Iterator
 
 from zabd.protocol import zxid as zx
 from zabd.storage.epochs import read_commit, read_epochs
@@ -19,6 +26,7 @@ from zabd.storage.snapshot import list_snapshots, read_snapshot
 from zabd.storage.txnlog import (
     SEG_HEADER_SIZE,
     LogCorruption,
+    LogRecord,
     iter_records,
     list_segments,
     parse_segment_header,
@@ -27,15 +35,23 @@ from zabd.storage.txnlog import (
     segment_name,
 )
 
+# (newest snapshot's data or None, its zxid, commit point, committed-or-not records) -> (problems, notes)
+Replay = Callable[[bytes | None, int, int, Iterator[LogRecord]], tuple[list[str], list[str]]]
+# a payload -> its decoded line (None: nothing to show)
+Describe = Callable[[bytes], str | None]
+
 
 def _dirs(data_dir: str) -> tuple[str, str]:
     return os.path.join(data_dir, "log"), os.path.join(data_dir, "snap")
 
 
-def verify(data_dir: str) -> tuple[list[str], list[str]]:
+def verify(data_dir: str, replay: Replay | None = None) -> tuple[list[str], list[str]]:
     """Check everything in ``data_dir``. Returns (problems, notes); every
-    problem is one line naming file and offset. A torn tail in the newest
-    segment is a problem too (recovery would cut it)."""
+    problem is one line naming file and offset (or zxid). A torn tail in the
+    newest segment is a problem too (recovery would cut it). With ``replay``,
+    the state machine is rebuilt from the newest snapshot and the committed
+    txns after it (the commit point: the commit file or the snapshot, as at
+    start-up), streamed from the log."""
     problems: list[str] = []
     notes: list[str] = []
     if not os.path.isdir(data_dir):
@@ -49,13 +65,18 @@ def verify(data_dir: str) -> tuple[list[str], list[str]]:
         problems.append(str(exc))
     newest_snap = 0
     newest_received = False
+    newest_data: bytes | None = None
+    newest_ok = True
+    newest_path = snap_dir
     for z, path in list_snapshots(snap_dir):
         try:
             snap = read_snapshot(path)
-            newest_snap, newest_received = z, snap.received
+            newest_snap, newest_received, newest_data, newest_ok = z, snap.received, snap.data, True
+            newest_path = path
             notes.append(f"snapshot {path}: zxid {zx.fmt(z)}, {len(snap.data)} bytes, ok")
         except LogCorruption as exc:
             problems.append(str(exc))
+            newest_ok = False
     segs = list_segments(log_dir)
     zxids: array[int] = array("Q")
     base = 0
@@ -110,10 +131,17 @@ def verify(data_dir: str) -> tuple[list[str], list[str]]:
             f"is beyond the log end {zx.fmt(last)}"
         )
     notes.append(f"log: {len(zxids)} records, {zx.fmt(base)}..{zx.fmt(last)}; commit point {zx.fmt(commit)}")
+    if replay is not None:
+        if newest_ok:
+            more, said = replay(newest_data, newest_snap, max(commit, newest_snap), iter_records(data_dir))
+            problems += [f"{newest_path}: {p}" if p.startswith("snapshot ") else p for p in more]
+            notes += said
+        else:
+            notes.append("replay: skipped (the newest snapshot is unreadable)")
     return problems, notes
 
 
-def verify_main(argv: list[str]) -> int:
+def verify_main(argv: list[str], replay: Replay | None = None) -> int:
     p = argparse.ArgumentParser(prog="zabd log verify", description="check a data directory end to end")
     p.add_argument("dir", help="the server's data directory")
     p.add_argument("-v", "--verbose", action="store_true", help="also print what was checked")
@@ -125,7 +153,7 @@ def verify_main(argv: list[str]) -> int:
         print(f"zabd log verify: {args.dir}: not a zabd data directory (no epochs file, log or snap folder)",
               file=sys.stderr)
         return 2
-    problems, notes = verify(args.dir)
+    problems, notes = verify(args.dir, replay)
     if args.verbose:
         for n in notes:
             print(n)
@@ -136,7 +164,7 @@ def verify_main(argv: list[str]) -> int:
     return 1 if problems else 0
 
 
-def dump_main(argv: list[str]) -> int:
+def dump_main(argv: list[str], describe: Describe | None = None) -> int:
     p = argparse.ArgumentParser(prog="zabd log dump", description="print the records of a data directory")
     p.add_argument("dir", help="the server's data directory")
     p.add_argument("--payload", action="store_true", help="also print each payload (repr, first 80 bytes)")
@@ -163,6 +191,9 @@ def dump_main(argv: list[str]) -> int:
             line = f"zxid={zx.fmt(r.zxid)} offset={r.offset} size={len(r.payload)} checksum={status}"
             if args.payload:
                 line += f" payload={r.payload[:80]!r}"
+            text = describe(r.payload) if describe is not None and r.crc_ok else None
+            if text is not None:
+                line += f"\t{text}"
             print(line)
             bad += not r.crc_ok
     except BrokenPipeError:  # `| head`
