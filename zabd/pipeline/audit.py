@@ -19,6 +19,19 @@ snapshots) are read on the driver. Checks, each a Spark query:
 * ``commit-past-log``: a commit point beyond both the log and the snapshot.
 * ``snapshot``: an unreadable snapshot or epoch file, or two nodes'
   snapshots of the same zxid with different contents.
+* ``tree-digest``: two nodes whose ZooKeeper trees differ at the same zxid.
+  Each node's tree is rebuilt on an executor (one task per directory, like
+  the records) as its server rebuilds it: the newest snapshot, then the
+  committed records after it; its digest (``DataTree.digest``, incremental)
+  after every ZooKeeper txn is joined with the other nodes' by zxid. This
+  catches a tree that went wrong where the payloads agree: a snapshot taken
+  of (or installed as) a different state. One problem per pair of nodes,
+  naming the first zxid where they differ.
+* ``tree-replay``: a node whose tree cannot be rebuilt: its (KV + tree)
+  snapshot does not restore, or a committed txn fails to apply in a way
+  that would stop its server (not a malformed txn every replica skips).
+  A node whose snapshot is not a KV machine's (``state_machine = "none"``)
+  has no tree to compare and is left out.
 
 The commit file is advisory (written lazily), so commit points are lower
 bounds: the audit can miss a disagreement above a stale commit point, never
@@ -32,7 +45,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from zabd.pipeline.logsource import NodeMeta, read_node_meta, record_batches, record_ddl
+from zabd.pipeline.logsource import NodeMeta, read_node_meta, record_batches, record_ddl, tree_batches, tree_ddl
 
 MAX_LISTED = 50
 
@@ -74,6 +87,56 @@ def load_records(spark: Any, metas: list[NodeMeta]) -> Any:
 
     ids = spark.range(1, len(metas) + 1, 1, numPartitions=len(metas)).selectExpr("cast(id as int) as node")
     return ids.mapInArrow(read, record_ddl())
+
+
+def load_trees(spark: Any, metas: list[NodeMeta]) -> Any:
+    """Tree-digest rows (``logsource.TREE_COLUMNS``) of every node, replayed
+    up to its commit point (or its snapshot, whichever is later)."""
+    nodes = {m.node: (m.data_dir, max(m.commit, m.snapshot_zxid)) for m in metas}
+
+    def replay(batches: Any) -> Any:
+        return tree_batches(nodes, batches)
+
+    ids = spark.range(1, len(metas) + 1, 1, numPartitions=len(metas)).selectExpr("cast(id as int) as node")
+    return ids.mapInArrow(replay, tree_ddl())
+
+
+def tree_checks(trees: Any) -> tuple[dict[int, dict[str, Any]], list[str], list[tuple[int, str]]]:
+    """(per node: its tree after the last row; one detail per pair of nodes
+    whose digests differ at some zxid, with the total; replay failures)."""
+    from pyspark.sql import functions as F
+
+    ok = trees.where(F.col("error").isNull())
+    last = {
+        r["node"]: r["last"].asDict()
+        for r in ok.groupBy("node")
+        .agg(F.max_by(F.struct("zxid", "digest", "znodes", "sessions"), "pos").alias("last"))
+        .collect()
+    }
+    a = ok.select(F.col("node").alias("a"), "zxid", F.col("digest").alias("da"))
+    b = ok.select(F.col("node").alias("b"), "zxid", F.col("digest").alias("db"))
+    pairs = (
+        a.join(b, "zxid")
+        .where((F.col("a") < F.col("b")) & (F.col("da") != F.col("db")))
+        .groupBy("a", "b")
+        .agg(
+            F.min_by(F.struct("zxid", "da", "db"), "zxid").alias("first"),
+            F.count("*").alias("zxids"),
+        )
+        .orderBy("a", "b")
+        .collect()
+    )
+    diffs = [
+        f"nodes {r['a']} and {r['b']}: ZooKeeper tree digests differ at zxid {fmt_zxid(r['first']['zxid'])} "
+        f"({r['first']['da']} vs {r['first']['db']})"
+        + (f", and at {r['zxids'] - 1} later zxids both hold" if r["zxids"] > 1 else "")
+        for r in pairs
+    ]
+    failed = [
+        (r["node"], f"node {r['node']}: {r['file']}: zxid {fmt_zxid(r['zxid'])}: {r['error']}")
+        for r in trees.where(F.col("error").isNotNull()).orderBy("node").collect()
+    ]
+    return last, diffs, failed
 
 
 def audit(spark: Any, data_dirs: list[str], out_dir: str | None = None) -> AuditReport:
@@ -227,10 +290,16 @@ def audit(spark: Any, data_dirs: list[str], out_dir: str | None = None) -> Audit
             parts = "; ".join(f"nodes {','.join(map(str, v))}: {h[:12]}" for h, v in by_hash.items())
             add("snapshot", 1, [f"snapshots of zxid {fmt_zxid(z)} differ ({parts})"])
 
+    # the ZooKeeper trees, rebuilt per node, compared zxid by zxid
+    tree_last, tree_diffs, tree_failed = tree_checks(load_trees(spark, metas))
+    add("tree-digest", len(tree_diffs), tree_diffs[:MAX_LISTED])
+    add("tree-replay", len(tree_failed), [d for _, d in tree_failed[:MAX_LISTED]])
+
     epochs = epoch_stats(records, commits, n)
     nodes = []
     for m in metas:
         f = node_facts.get(m.node, {})
+        t = tree_last.get(m.node)
         nodes.append(
             {
                 "node": m.node,
@@ -244,6 +313,11 @@ def audit(spark: Any, data_dirs: list[str], out_dir: str | None = None) -> Audit
                 "snapshots": len(m.snapshots),
                 "accepted_epoch": m.accepted_epoch,
                 "current_epoch": m.current_epoch,
+                # the ZooKeeper tree after its last committed txn (None: no tree rebuilt)
+                "tree_zxid": t["zxid"] if t else None,
+                "tree_digest": t["digest"] if t else None,
+                "tree_znodes": t["znodes"] if t else None,
+                "tree_sessions": t["sessions"] if t else None,
             }
         )
     report = AuditReport(nodes, epochs, problems, counts)
@@ -307,13 +381,15 @@ def format_audit(report: AuditReport) -> str:
     lines = ["nodes:"]
     lines.append(
         f"  {'node':>4}  {'records':>9}  {'first':>9}  {'last':>9}  {'commit':>9}  {'snapshot':>9}  "
-        f"{'acc/cur epoch':>13}  dir"
+        f"{'acc/cur epoch':>13}  {'tree digest':>16}  {'at':>9}  dir"
     )
     for nd in report.nodes:
         ep = f"{nd['accepted_epoch']}/{nd['current_epoch']}" if nd["accepted_epoch"] is not None else "-"
+        digest = nd.get("tree_digest") or "-"
         lines.append(
             f"  {nd['node']:>4}  {nd['records']:>9,}  {fmt_zxid(nd['first']):>9}  {fmt_zxid(nd['last']):>9}  "
-            f"{fmt_zxid(nd['commit']):>9}  {fmt_zxid(nd['snapshot'] or None):>9}  {ep:>13}  {nd['dir']}"
+            f"{fmt_zxid(nd['commit']):>9}  {fmt_zxid(nd['snapshot'] or None):>9}  {ep:>13}  "
+            f"{digest:>16}  {fmt_zxid(nd.get('tree_zxid')):>9}  {nd['dir']}"
         )
     lines.append("epochs:")
     node_ids = [str(nd["node"]) for nd in report.nodes]
@@ -328,7 +404,7 @@ def format_audit(report: AuditReport) -> str:
             + "  ".join(f"{e['per_node'][k]:>7,}" for k in node_ids)
         )
     if report.ok:
-        lines.append("audit: OK (same zxid => same payload; committed prefixes agree; no gaps)")
+        lines.append("audit: OK (same zxid => same payload; committed prefixes agree; no gaps; same trees)")
     else:
         total = sum(report.problem_counts.values())
         summary = ", ".join(f"{k}: {v}" for k, v in sorted(report.problem_counts.items()))

@@ -6,14 +6,16 @@ This is the one place that knows the storage module's reader API
 format change in ``zabd/storage`` needs no change here beyond these calls.
 
 Payloads are reduced to a 128-bit BLAKE2b digest on the executor; only the
-digest travels to Spark.
+digest travels to Spark. The ``tree-digest`` check replays each node on an
+executor too (:func:`tree_batches`, ``zabd.kv.replay``): only the tree's
+digest after each ZooKeeper txn travels.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +42,7 @@ RECORD_COLUMNS: tuple[tuple[str, str, bool], ...] = (
 
 
 def record_ddl() -> str:
-    return ", ".join(f"`{n}` {t}" + ("" if nullable else " not null") for n, t, nullable in RECORD_COLUMNS)
+    return _ddl(RECORD_COLUMNS)
 
 
 def iter_record_rows(node: int, data_dir: str) -> Iterator[tuple[Any, ...]]:
@@ -66,11 +68,20 @@ def iter_record_rows(node: int, data_dir: str) -> Iterator[tuple[Any, ...]]:
 
 def record_batches(nodes: dict[int, str], batches: Iterator[Any], rows_per_batch: int = 50_000) -> Iterator[Any]:
     """mapInArrow body: node ids in, Arrow batches of record rows out (bounded memory per batch)."""
+    yield from _arrow_batches(RECORD_COLUMNS, batches, lambda n: iter_record_rows(n, nodes[n]), rows_per_batch)
+
+
+def _arrow_batches(
+    columns: tuple[tuple[str, str, bool], ...],
+    batches: Iterator[Any],
+    rows_of: Callable[[int], Iterator[tuple[Any, ...]]],
+    rows_per_batch: int,
+) -> Iterator[Any]:
     import pyarrow as pa
 
     types = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "boolean": pa.bool_()}
-    schema = pa.schema([pa.field(n, types[t], nullable) for n, t, nullable in RECORD_COLUMNS])
-    width = len(RECORD_COLUMNS)
+    schema = pa.schema([pa.field(n, types[t], nullable) for n, t, nullable in columns])
+    width = len(columns)
 
     def batch_of(cols: list[list[Any]]) -> Any:
         return pa.RecordBatch.from_arrays(
@@ -80,7 +91,7 @@ def record_batches(nodes: dict[int, str], batches: Iterator[Any], rows_per_batch
     for batch in batches:
         for node in batch.column(0).to_pylist():
             cols: list[list[Any]] = [[] for _ in range(width)]
-            for row in iter_record_rows(int(node), nodes[int(node)]):
+            for row in rows_of(int(node)):
                 for i in range(width):
                     cols[i].append(row[i])
                 if len(cols[0]) >= rows_per_batch:
@@ -141,3 +152,74 @@ def read_node_meta(node: int, data_dir: str) -> NodeMeta:
             continue
         meta.snapshots.append(SnapshotInfo(snap.zxid, len(snap.data), payload_hash(snap.data), snap.received, path))
     return meta
+
+
+# (name, Spark type, nullable) of one tree-digest row: the ZooKeeper tree of
+# one node after everything up to ``zxid`` was applied
+TREE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("node", "int", False),
+    ("pos", "long", False),  # row order within the node (the replay's order)
+    ("zxid", "long", False),
+    ("digest", "string", False),  # DataTree.digest, 16 hex digits ("" on an error row)
+    ("znodes", "long", False),
+    ("sessions", "long", False),
+    ("file", "string", False),  # where the txn (or the snapshot) is
+    ("error", "string", True),  # the replay stopped here: why (a txn no replica survives)
+)
+
+
+def _ddl(columns: tuple[tuple[str, str, bool], ...]) -> str:
+    return ", ".join(f"`{n}` {t}" + ("" if nullable else " not null") for n, t, nullable in columns)
+
+
+def tree_ddl() -> str:
+    return _ddl(TREE_COLUMNS)
+
+
+def iter_tree_rows(node: int, data_dir: str, commit: int) -> Iterator[tuple[Any, ...]]:
+    """The node's ZooKeeper tree rebuilt as its server would at start-up: the
+    newest snapshot, then its committed records (up to ``commit``) in log
+    order. One row for the snapshot's tree (at the last ZooKeeper txn it
+    holds: 0 for none), one after each ZooKeeper txn; an error row ends a
+    replay that fails. No rows when the node's snapshot is unreadable (the
+    ``snapshot`` check says so) or not a KV machine's (nothing to compare)."""
+    from zabd.kv.replay import Replay, SnapshotUnusable, is_zk
+    from zabd.storage.snapshot import list_snapshots, read_snapshot
+    from zabd.storage.txnlog import StorageError, iter_records
+
+    snaps = list_snapshots(os.path.join(data_dir, "snap"))
+    snap_zxid, data, where = 0, None, data_dir
+    if snaps:
+        try:
+            snap = read_snapshot(snaps[-1][1])
+        except StorageError:
+            return
+        snap_zxid, data, where = snap.zxid, snap.data, snap.path
+    try:
+        replay = Replay(data)
+    except SnapshotUnusable as exc:
+        if exc.claimed:
+            yield (node, 0, snap_zxid, "", 0, 0, where, f"snapshot does not restore: {exc}")
+        return
+    tree = replay.tree
+    pos = 0
+    yield (node, pos, tree.applied, f"{tree.digest:016x}", len(tree), len(tree.sessions), where, None)
+    for rec in iter_records(data_dir):
+        if rec.zxid <= snap_zxid or rec.zxid > commit or not is_zk(rec.payload):
+            continue
+        if not rec.crc_ok:  # the checksum check reports it; a server would not get past it
+            return
+        pos += 1
+        why = replay.apply(rec.zxid, rec.payload)
+        if why is not None:
+            yield (node, pos, rec.zxid, "", len(tree), len(tree.sessions), rec.file, why)
+            return
+        yield (node, pos, rec.zxid, f"{tree.digest:016x}", len(tree), len(tree.sessions), rec.file, None)
+
+
+def tree_batches(
+    nodes: dict[int, tuple[str, int]], batches: Iterator[Any], rows_per_batch: int = 50_000
+) -> Iterator[Any]:
+    """mapInArrow body: node ids in, Arrow batches of tree-digest rows out
+    (``nodes``: id -> (data dir, commit point))."""
+    yield from _arrow_batches(TREE_COLUMNS, batches, lambda n: iter_tree_rows(n, *nodes[n]), rows_per_batch)
