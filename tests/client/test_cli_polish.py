@@ -109,6 +109,9 @@ def test_status_json_zxids_are_epoch_counter(cluster: LocalCluster) -> None:
         assert ZXID.fullmatch(st["last_zxid"]) and ZXID.fullmatch(st["last_committed"]), st
         assert ZXID.fullmatch(st["log_base"]) and isinstance(st["leader"], int)
         assert int(st["last_committed"].split(":")[0]) >= 1
+        assert ZXID.fullmatch(st["zk"]["digest_zxid"]) and len(st["zk"]["digest"]) == 16, st["zk"]
+    text = zabd("status", "--servers", cluster.client_addr(1))
+    assert re.search(r" zk=\d+ znodes/\d+ sessions digest=[0-9a-f]{16}@\d+:\d+$", text.stdout.strip()), text.stdout
 
 
 def _default_sigint() -> None:

@@ -111,7 +111,20 @@ def _status_json(st: dict[str, Any]) -> dict[str, Any]:
         out["snapshots"] = snaps | {"last_zxid": zx.fmt(snaps["last_zxid"])}
     if out.get("leader") == 0:  # 0 is no node id: there is no leader
         out["leader"] = None
+    tree = out.get("zk")
+    if isinstance(tree, dict) and isinstance(tree.get("digest_zxid"), int):
+        out["zk"] = tree | {"digest_zxid": zx.fmt(tree["digest_zxid"])}
     return out
+
+
+def _tree_text(st: dict[str, Any]) -> str:
+    """`` zk=...``: the ZooKeeper tree's size and its digest at a zxid (two
+    replicas showing the same zxid must show the same digest)."""
+    tree = st.get("zk")
+    if not isinstance(tree, dict):
+        return ""
+    return (f" zk={tree['znodes']} znodes/{tree['sessions']} sessions "
+            f"digest={tree['digest']}@{zx.fmt(tree['digest_zxid'])}")
 
 
 def propose_main(argv: list[str]) -> int:
@@ -170,6 +183,7 @@ def status_main(argv: list[str]) -> int:
                     f"{st['server']}: node {st['id']} {st['role']} ({st['phase']}) leader={st['leader'] or 'none'} "
                     f"epoch={st['current_epoch']}/{st['accepted_epoch']} last_zxid={zx.fmt(st['last_zxid'])} "
                     f"committed={zx.fmt(st['last_committed'])} peers_connected={st['peers_connected']}"
+                    + _tree_text(st)
                 )
         return rc
 
