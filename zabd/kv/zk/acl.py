@@ -81,15 +81,54 @@ def _java_split(s: str, sep: str) -> list[str]:
     return parts
 
 
+def _java_int(text: str) -> int | None:
+    """Java's ``Integer.parseInt``: a sign, decimal digits (leading zeros
+    too), nothing else; None where it throws."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    if not body or not body.isdecimal():
+        return None
+    v = int(text)
+    return v if -(1 << 31) <= v < (1 << 31) else None
+
+
+def _ip_bytes(addr: str) -> bytes | None:
+    """ZooKeeper's ``IPAuthenticationProvider.addr2Bytes``: four dot-separated
+    Java ints of 0..255 (so ``127.000.0.1`` is 127.0.0.1); beyond 3.8, an
+    IPv6 address as well (ZOOKEEPER-4240)."""
+    parts = addr.split(".")
+    if len(parts) == 4:
+        out = []
+        for part in parts:
+            v = _java_int(part)
+            if v is None or not 0 <= v <= 255:
+                return None
+            out.append(v)
+        return bytes(out)
+    if ":" in addr:
+        try:
+            return ipaddress.IPv6Address(addr).packed
+        except ValueError:
+            return None
+    return None
+
+
+def _ip_spec(spec: str) -> tuple[bytes, int] | None:
+    """An ip ACL's address and prefix length (``/+8`` is 8, as Java reads it)."""
+    addr, sep, bits_text = spec.partition("/")
+    packed = _ip_bytes(addr)
+    if packed is None:
+        return None
+    bits = len(packed) * 8
+    if sep:
+        b = _java_int(bits_text)
+        if b is None or not 0 <= b <= bits:
+            return None
+        bits = b
+    return packed, bits
+
+
 def _valid_ip(spec: str) -> bool:
-    addr, sep, bits = spec.partition("/")
-    try:
-        ip = ipaddress.ip_address(addr)
-    except ValueError:
-        return False
-    if not sep:
-        return True
-    return bits.isdigit() and 0 <= int(bits) <= ip.max_prefixlen
+    return _ip_spec(spec) is not None
 
 
 def _valid(id_: Id) -> bool:
@@ -127,12 +166,14 @@ def fixup(path: str, auth: Sequence[Id], acl: Sequence[ACL]) -> tuple[ACL, ...]:
 
 
 def _ip_matches(client: str, spec: str) -> bool:
-    try:
-        if "/" in spec:
-            return ipaddress.ip_address(client) in ipaddress.ip_network(spec, strict=False)
-        return ipaddress.ip_address(client) == ipaddress.ip_address(spec)
-    except ValueError:
+    parsed = _ip_spec(spec)
+    remote = _ip_bytes(client)
+    if parsed is None or remote is None or len(remote) != len(parsed[0]):
         return False
+    packed, bits = parsed
+    width = len(packed) * 8
+    mask = ((1 << bits) - 1) << (width - bits)
+    return int.from_bytes(remote, "big") & mask == int.from_bytes(packed, "big") & mask
 
 
 def allowed(acl: Sequence[ACL], perm: int, auth: Sequence[Id]) -> bool:

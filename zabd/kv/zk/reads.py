@@ -30,7 +30,8 @@ from zabd.kv.zk.tree import DataTree, ZNode
 
 
 def _node(tree: DataTree, path: str, perm: int, auth: Sequence[Id]) -> ZNode:
-    node = tree.nodes.get(path)
+    # ZooKeeper's tree also keeps the root under "": a read of "" is one of "/"
+    node = tree.nodes.get(path or "/")
     if node is None:
         raise ZKError(Code.NO_NODE, path)
     acls.check(node.acl, perm, auth, path)
@@ -52,7 +53,7 @@ def serve(tree: DataTree, req: Read, auth: Sequence[Id], session: int) -> ReadRe
         if isinstance(req, Exists):
             if "\0" in req.path:
                 raise ZKError(Code.BAD_ARGUMENTS, req.path)
-            found = tree.nodes.get(req.path)
+            found = tree.nodes.get(req.path or "/")
             if found is None:
                 return ExistsResult(None)
             # ZOOKEEPER-2590 (3.8.4+): the stat of an existing node needs READ
@@ -60,7 +61,7 @@ def serve(tree: DataTree, req: Read, auth: Sequence[Id], session: int) -> ReadRe
             return ExistsResult(found.stat())
         if isinstance(req, GetChildren):
             node = _node(tree, req.path, acls.READ, auth)
-            return ChildrenResult(tree.children_of(req.path), node.stat() if req.with_stat else None)
+            return ChildrenResult(tree.children_of(req.path or "/"), node.stat() if req.with_stat else None)
         if isinstance(req, GetACL):
             node = _node(tree, req.path, acls.READ | acls.ADMIN, auth)
             acl = node.acl if acls.allowed(node.acl, acls.ADMIN, auth) else _redacted(node.acl)
