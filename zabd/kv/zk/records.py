@@ -307,3 +307,35 @@ class OkResult(NamedTuple):
 
 class SyncResult(NamedTuple):
     path: str
+
+# ------------------------------------------- requests only ZooKeeper's port carries
+
+
+@dataclass(frozen=True, slots=True)
+class MultiRead:
+    """ZooKeeper's multiRead: getData and getChildren ops answered together,
+    each with its own result or error (ZooKeeper sets no watches for them)."""
+
+    ops: tuple[GetData | GetChildren, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WhoAmI:
+    """The ids the session has proved (ZooKeeper's whoAmI)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconfig:
+    """ZooKeeper's dynamic reconfiguration (incremental: joining/leaving, or
+    a whole new_members list); -1 for cur_config_id means any."""
+
+    joining: str | None
+    leaving: str | None
+    new_members: str | None
+    cur_config_id: int = -1
+
+
+class WhoAmIResult(NamedTuple):
+    """whoAmI's answer: (auth scheme, user) per id the session holds."""
+
+    ids: list[tuple[str, str]]
