@@ -72,11 +72,13 @@ class LocalCluster:
         self.log_level = log_level
         self._own_dir = base_dir is None
         self.base = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="zabd-cluster-"))
-        ports = free_ports(3 * n)
+        ports = free_ports(4 * n)
         self.peer_ports = {i: ports[i - 1] for i in range(1, n + 1)}
         self.client_ports = {i: ports[n + i - 1] for i in range(1, n + 1)}
         # the admin HTTP port (/health, /status, /metrics), when asked for
         self.admin_ports = {i: ports[2 * n + i - 1] for i in range(1, n + 1)} if admin else {}
+        # ZooKeeper's client port (its jute protocol), on every node
+        self.zk_ports = {i: ports[3 * n + i - 1] for i in range(1, n + 1)}
         self.hosts = hosts or {i: "127.0.0.1" for i in range(1, n + 1)}
         self._spawn = spawn
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -97,6 +99,14 @@ class LocalCluster:
     @property
     def servers(self) -> list[str]:
         return [self.client_addr(i) for i in range(1, self.n + 1)]
+
+    def zk_addr(self, i: int) -> str:
+        return f"{self.hosts[i]}:{self.zk_ports[i]}"
+
+    @property
+    def zk_hosts(self) -> str:
+        """The connect string of ZooKeeper's clients (kazoo's ``hosts``, zkCli's ``-server``)."""
+        return ",".join(self.zk_addr(i) for i in range(1, self.n + 1))
 
     def config_path(self, i: int) -> Path:
         return self.base / f"node{i}.toml"
@@ -133,6 +143,7 @@ class LocalCluster:
             lines = [
                 f"id = {i}",
                 f'client = "{self.client_addr(i)}"',
+                f'zookeeper = "{self.zk_addr(i)}"',
                 f'data_dir = "{self.base / f"data{i}"}"',
                 f"tick_ms = {self.tick_ms}",
                 # one seed for the whole cluster, as in the simulator: the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from zabd.codec.framing import FrameReader
 from zabd.server.auth import RW
@@ -28,9 +28,19 @@ class Slot:
         self.resolve = resolve
 
 
+class BodyReader(Protocol):
+    """Frames in, bodies out (FrameError-like on a bad frame)."""
+
+    def feed(self, data: bytes) -> list[Any]: ...
+
+    @property
+    def buffered(self) -> int: ...
+
+
 class ClientSession:
-    def __init__(self, max_frame: int) -> None:
-        self.reader = FrameReader(max_frame, use_list=True)
+    def __init__(self, max_frame: int, reader: BodyReader | None = None) -> None:
+        # zabd's msgpack frames, or another protocol's (ZooKeeper's jute port)
+        self.reader: BodyReader = reader if reader is not None else FrameReader(max_frame, use_list=True)
         self.slots: deque[Slot] = deque()
         self.out: list[bytes] = []
         self.closed = False

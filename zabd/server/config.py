@@ -94,6 +94,9 @@ class ServerConfig(BaseModel):
     peer_connect_timeout_ms: int = Field(default=500, ge=10, le=60_000)
     # host:port of the admin HTTP port (/health, /status, /metrics); empty: off
     admin: str = ""
+    # host:port of ZooKeeper's client port (its jute protocol: kazoo, zkCli,
+    # ZooKeeper's Java client) on the same tree; empty: off
+    zookeeper: str = ""
     # TLS (off by default): PEM files of the cluster's CA, this node's
     # certificate (its subjectAltName must hold zabd-node-<id>) and key.
     # tls_peer: mutual TLS between nodes, each side checking the other's id;
@@ -172,7 +175,7 @@ class ServerConfig(BaseModel):
         parse_hostport(value)
         return value
 
-    @field_validator("admin")
+    @field_validator("admin", "zookeeper")
     @classmethod
     def _admin_valid(cls, value: str) -> str:
         if value:
@@ -214,8 +217,12 @@ class ServerConfig(BaseModel):
         if self.id not in self.peers:
             raise ValueError(f"field 'id' = {self.id}: own id absent from peers; expected one of {sorted(self.peers)}")
         client = parse_hostport(self.client)
-        if self.admin and parse_hostport(self.admin) in (client, *(parse_hostport(a) for a in self.peers.values())):
+        taken = (client, *(parse_hostport(a) for a in self.peers.values()))
+        if self.admin and parse_hostport(self.admin) in taken:
             raise ValueError(f"field 'admin' = {self.admin!r}: the port is already the client or a peer port")
+        if self.zookeeper and parse_hostport(self.zookeeper) in (*taken, *([self.admin_addr] if self.admin else [])):
+            raise ValueError(f"field 'zookeeper' = {self.zookeeper!r}: the port is already the client, admin or a "
+                             "peer port")
         for node_id, addr in self.peers.items():
             if parse_hostport(addr) == client:
                 raise ValueError(
@@ -240,6 +247,10 @@ class ServerConfig(BaseModel):
     @property
     def admin_addr(self) -> tuple[str, int] | None:
         return parse_hostport(self.admin) if self.admin else None
+
+    @property
+    def zookeeper_addr(self) -> tuple[str, int] | None:
+        return parse_hostport(self.zookeeper) if self.zookeeper else None
 
 
 FIELDS = ServerConfig.model_fields

@@ -51,6 +51,7 @@ from zabd.server.status import GcTimer, StatusReport, freeze_survivors
 from zabd.server.sync import SyncService
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zk_expiry import zookeeper_layer
+from zabd.server.zk_port import open_zookeeper_port
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
@@ -102,6 +103,7 @@ class Replica:
         # ZooKeeper sessions live beside the KV store in the same machine
         self.zk, self.keeper = zookeeper_layer(config, self.node, self.machine, self.proposals, self, self.log)
         self.status.zk = self.zk
+        self.zk_port = open_zookeeper_port(self.transport, self.zk, self.status, self._kick, self.log)
         self.clients = ClientService(
             self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth, self.zk
         )
@@ -174,11 +176,11 @@ class Replica:
         self._tasks.append(asyncio.create_task(self._flusher(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._start_ticking(), name="grace"))
         self._tasks.append(asyncio.create_task(freeze_survivors(), name="gc"))
-        host, port = self.config.peer_addr(self.id)
-        chost, cport = self.config.client_addr
+        cfg = self.config
+        (host, port), (chost, cport) = cfg.peer_addr(self.id), cfg.client_addr
         self.log.info("server started", peer_port=f"{host}:{port}", client_port=f"{chost}:{cport}",
-                      admin_port=self.config.admin or None, peers=self.config.peers, storage=self.config.storage,
-                      tick_ms=self.config.tick_ms, version=__version__)
+                      zookeeper_port=cfg.zookeeper or None, admin_port=cfg.admin or None, peers=cfg.peers,
+                      storage=cfg.storage, tick_ms=cfg.tick_ms, version=__version__)
 
     async def _start_ticking(self) -> None:
         # Give the links a moment to come up: an election started before any

@@ -234,6 +234,8 @@ class Transport:
         self.clients: set[ClientLink] = set()
         self.dirty: list[_Link] = []
         self.servers: list[asyncio.AbstractServer | TlsListener] = []
+        # (factory, host, port, TLS context, kind) of other client protocols (ZooKeeper's)
+        self.more_ports: list[tuple[Callable[[], asyncio.Protocol], str, int, ssl.SSLContext | None, str]] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.refusals = Refusals(log)
         self.stopping = False
@@ -248,6 +250,7 @@ class Transport:
             (lambda: PeerLink(self, None), host, port, self.peer_tls[0] if self.peer_tls else None, "peer"),
             (lambda: ClientLink(self), chost, cport, self.client_tls, "client"),
         ]
+        ports += self.more_ports
         for factory, h, p, ctx, kind in ports:
             if ctx is None:
                 self.servers.append(await loop.create_server(factory, h, p, reuse_address=True))

@@ -1,0 +1,129 @@
+"""ZooKeeper's client port on real server processes, driven by kazoo 2.11
+(a client nobody here wrote): sessions, znodes, watches, transactions and
+recipes over ZooKeeper's own jute protocol."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError
+from kazoo.protocol.states import EventType, KazooState
+
+from zabd.client.spawn import LocalCluster
+
+Factory = Callable[..., LocalCluster]
+
+
+@pytest.fixture
+def cluster(cluster_factory: Factory) -> LocalCluster:
+    c = cluster_factory(3, extra={"zk_tick_ms": 200})
+    import asyncio
+
+    asyncio.run(c.wait_leader())
+    return c
+
+
+@pytest.fixture
+def kazoo(cluster: LocalCluster) -> Iterator[KazooClient]:
+    zk = KazooClient(hosts=cluster.zk_hosts, timeout=4.0)
+    zk.start(timeout=15)
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def four_letter(addr: str, word: str) -> str:
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(word.encode())
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+    return out.decode()
+
+
+def test_znodes_stats_and_errors(kazoo: KazooClient) -> None:
+    kazoo.create("/app", b"root")
+    data, stat = kazoo.get("/app")
+    assert data == b"root" and stat.version == 0 and stat.numChildren == 0
+    seq = kazoo.create("/app/job-", b"x", sequence=True)
+    assert seq == "/app/job-0000000000"
+    assert kazoo.get_children("/app") == ["job-0000000000"]
+    stat = kazoo.set("/app", b"v1", version=0)
+    assert stat.version == 1
+    with pytest.raises(BadVersionError):
+        kazoo.set("/app", b"v2", version=0)
+    with pytest.raises(NodeExistsError):
+        kazoo.create("/app")
+    with pytest.raises(NoNodeError):
+        kazoo.get("/nope")
+    with pytest.raises(NotEmptyError):
+        kazoo.delete("/app")
+    assert kazoo.exists("/nope") is None
+    kazoo.delete("/app", recursive=True)
+    assert kazoo.exists("/app") is None
+    assert "zookeeper" in kazoo.get_children("/")
+
+
+def test_transaction_ephemerals_and_watches(cluster: LocalCluster, kazoo: KazooClient) -> None:
+    tx = kazoo.transaction()
+    tx.create("/t", b"")
+    tx.create("/t/a", b"1")
+    tx.check("/t", 0)
+    assert tx.commit() == ["/t", "/t/a", True]
+    tx = kazoo.transaction()
+    tx.set_data("/t/a", b"2")
+    tx.delete("/t/missing")
+    results = tx.commit()
+    assert isinstance(results[1], NoNodeError)
+    assert kazoo.get("/t/a")[0] == b"1"
+
+    fired = threading.Event()
+    events = []
+
+    def watch(event: object) -> None:
+        events.append(event)
+        fired.set()
+
+    kazoo.get("/t/a", watch=watch)
+    other = KazooClient(hosts=cluster.zk_addr(2), timeout=4.0)
+    other.start(timeout=15)
+    try:
+        other.create("/t/eph", b"", ephemeral=True)
+        other.set("/t/a", b"changed")
+        assert fired.wait(10)
+        assert events[0].type == EventType.CHANGED and events[0].path == "/t/a"
+        assert kazoo.exists("/t/eph") is not None
+    finally:
+        other.stop()
+        other.close()
+    kazoo.sync("/t")
+    assert kazoo.exists("/t/eph") is None  # closed with its session
+
+
+def test_lock_and_election_recipes(kazoo: KazooClient) -> None:
+    lock = kazoo.Lock("/locks/one", "me")
+    with lock:
+        assert kazoo.get_children("/locks/one")
+    election = kazoo.Election("/election", "me")
+    won = []
+    t = threading.Thread(target=election.run, args=(lambda: won.append(True),))
+    t.start()
+    t.join(15)
+    assert won == [True]
+
+
+def test_connection_state_and_four_letter_words(cluster: LocalCluster, kazoo: KazooClient) -> None:
+    assert kazoo.state == KazooState.CONNECTED
+    assert four_letter(cluster.zk_addr(1), "ruok") == "imok"
+    srvr = four_letter(cluster.zk_addr(1), "srvr")
+    assert "Mode: " in srvr and "Node count: " in srvr
+    assert kazoo.server_version()[:2] == (3, 8)
+    mntr = four_letter(cluster.zk_addr(2), "mntr")
+    assert "zk_znode_count\t" in mntr
