@@ -5,15 +5,31 @@ recipes over ZooKeeper's own jute protocol."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.protocol.states import EventType, KazooState
 
 from zabd.client.spawn import LocalCluster
+from zabd.codec import jute
+from zabd.kv.zk.errors import Code
+from zabd.kv.zk.records import (
+    AddAuth,
+    ChildrenResult,
+    DataResult,
+    ErrorResult,
+    Exists,
+    GetChildren,
+    GetData,
+    MultiRead,
+    MultiResult,
+    WhoAmI,
+    WhoAmIResult,
+)
 
 Factory = Callable[..., LocalCluster]
 
@@ -127,3 +143,52 @@ def test_connection_state_and_four_letter_words(cluster: LocalCluster, kazoo: Ka
     assert kazoo.server_version()[:2] == (3, 8)
     mntr = four_letter(cluster.zk_addr(2), "mntr")
     assert "zk_znode_count\t" in mntr
+
+
+class RawJute:
+    """A bare jute client (zabd.codec.jute's client side) for what kazoo
+    2.11 has no call for: multiRead, whoAmI, an unknown opcode."""
+
+    def __init__(self, addr: str) -> None:
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.reader = jute.FrameReader(1 << 20)
+        self.bodies: list[bytes] = []
+        self.sock.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 10_000, 0, b"", False)))
+        _, timeout, self.session, _, _ = jute.decode_connect_response(self.next_body())
+        assert timeout > 0 and self.session != 0
+
+    def next_body(self) -> bytes:
+        while not self.bodies:
+            data = self.sock.recv(65536)
+            assert data, "the server closed the connection"
+            self.bodies += self.reader.feed(data)
+        return self.bodies.pop(0)
+
+    def call(self, xid: int, op: int, record: object) -> tuple[int, int, int, object | None]:
+        self.sock.sendall(jute.encode_request(xid, op, record))
+        return jute.decode_reply(self.next_body(), op)
+
+
+def test_multi_read_who_am_i_and_an_unknown_opcode(cluster: LocalCluster, kazoo: KazooClient) -> None:
+    kazoo.create("/r/a", b"A", makepath=True)
+    raw = RawJute(cluster.zk_addr(1))
+    try:
+        xid, _, err, result = raw.call(jute.XID_AUTH, jute.OP_AUTH, AddAuth("digest", b"alice:secret"))
+        assert (xid, err) == (jute.XID_AUTH, 0)
+        _, _, err, result = raw.call(2, jute.OP_MULTI_READ,
+                                     MultiRead((GetData("/r/a"), GetChildren("/r"), GetData("/r/none"))))
+        assert err == 0 and isinstance(result, MultiResult)
+        data, children, missing = result.results
+        assert isinstance(data, DataResult) and data.data == b"A"
+        assert isinstance(children, ChildrenResult) and children.children == ["a"]
+        assert missing == ErrorResult(Code.NO_NODE)
+        _, _, err, result = raw.call(3, jute.OP_WHO_AM_I, WhoAmI())
+        assert err == 0 and isinstance(result, WhoAmIResult)
+        assert ("digest", "alice") in result.ids and ("ip", "127.0.0.1") in result.ids
+        # sasl is not served: ZooKeeper's Unimplemented, and the connection stays usable
+        raw.sock.sendall(jute.frame(struct.pack(">ii", 4, jute.OP_SASL) + struct.pack(">i", 0)))
+        assert jute.decode_reply(raw.next_body(), jute.OP_SASL)[2] == Code.UNIMPLEMENTED
+        assert raw.call(5, jute.OP_EXISTS, Exists("/r/a"))[2] == 0
+    finally:
+        raw.sock.close()

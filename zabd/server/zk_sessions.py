@@ -36,22 +36,28 @@ from zabd.kv.zk.records import (
     AddAuth,
     AddWatch,
     CheckWatches,
+    ChildrenResult,
     CloseSession,
     CreateSession,
+    DataResult,
     ErrorResult,
     Exists,
     ExistsResult,
     GetChildren,
     GetData,
+    MultiRead,
     MultiResult,
     OkResult,
     Ping,
     Read,
+    Reconfig,
     RemoveWatches,
     SessionResult,
     SetWatches,
     Sync,
     SyncResult,
+    WhoAmI,
+    WhoAmIResult,
     Write,
 )
 from zabd.kv.zk.sessions import SessionIds, negotiate_timeout
@@ -204,6 +210,13 @@ class ZKSessions:
             return True
         if isinstance(req, Read):
             io.open_slot(lambda: self._read(conn, xid, req))
+        elif isinstance(req, MultiRead):
+            io.open_slot(lambda: self._multi_read(conn, xid, req))
+        elif isinstance(req, WhoAmI):
+            ids = [(i.scheme, i.id.split(":", 1)[0]) for i in conn.auth]  # a digest's user, an ip
+            io.open_slot(lambda: conn.wire.reply(xid, self.machine.zk.applied, Code.OK, WhoAmIResult(ids)))
+        elif isinstance(req, Reconfig):
+            io.answer(conn.wire.reply(xid, 0, Code.RECONFIG_DISABLED, None))
         elif isinstance(req, CloseSession):
             conn.closing = True
             self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req))
@@ -238,6 +251,16 @@ class ZKSessions:
             elif isinstance(req, GetChildren) and not isinstance(result, ErrorResult):
                 self.watches.add(conn, req.path, WatchKind.CHILD)
         return conn.wire.reply(xid, tree.applied, _err(result), None if isinstance(result, ErrorResult) else result)
+
+    def _multi_read(self, conn: ZKConn, xid: int, req: MultiRead) -> bytes:
+        # each op on its own, no watches (ZooKeeper's multiRead); one failing op fails nothing else
+        tree = self.machine.zk
+        results: list[DataResult | ChildrenResult | ErrorResult] = []
+        for op in req.ops:
+            r = serve(tree, op, conn.auth, conn.session)
+            results.append(r if isinstance(r, (DataResult, ChildrenResult, ErrorResult))
+                           else ErrorResult(Code.MARSHALLING_ERROR))
+        return conn.wire.reply(xid, tree.applied, Code.OK, MultiResult(tuple(results)))
 
     def _add_auth(self, conn: ZKConn, xid: int, req: AddAuth) -> bool:
         if req.scheme != "digest":

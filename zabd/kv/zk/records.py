@@ -195,7 +195,8 @@ class MultiResult(NamedTuple):
     """One result per op; all ErrorResult when the multi failed (ZooKeeper's
     codes: OK before the failed op, its error, RUNTIME_INCONSISTENCY after)."""
 
-    results: tuple[CreateResult | DeleteResult | StatResult | CheckResult | ErrorResult, ...]
+    results: tuple[CreateResult | DeleteResult | StatResult | CheckResult | ErrorResult | DataResult
+                   | ChildrenResult, ...]  # the last two: multiRead
 
     @property
     def failed(self) -> bool:
