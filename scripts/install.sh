@@ -4,10 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Spark needs Java; the nemesis and the partition tests need iptables
-# (real packet drops between network namespaces).
+# (real packet drops between network namespaces); ZooKeeper's own client and
+# server are the reference the ZooKeeper-port tests compare with.
 need=()
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
+# ZooKeeper 3.8 (zkCli.sh, zookeeper.jar): the tests compare zkCli against zabd and ZooKeeper
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 if [ ${#need[@]} -gt 0 ]; then
     echo "install: apt-get install ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
