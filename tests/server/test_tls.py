@@ -16,6 +16,8 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 
 from zabd.certs import make_cert, make_cluster
 from zabd.client import Client
@@ -127,11 +129,31 @@ async def test_tls_cluster_commits_and_refuses_what_it_must(base: Path, clusters
         await Client.connect(c.servers, tls=client_tls(str(other / "ca.pem")), read_retry=0)
     assert distrust.value.code == "tls" and not distrust.value.retryable
 
-    # plaintext to the TLS client port: the library's request, refused
-    with pytest.raises(ZabdError):
+    # plaintext to the TLS client port: the library's request, refused, and the client told what it likely means
+    with pytest.raises(ZabdError) as plain:
         async with await Client.connect(c.client_addr(3), read_retry=0, timeout=5) as cl:
             await cl.status()
+    assert "does the server run TLS? then give --ca" in str(plain.value)
     await wait_log(c, 3, "client connection refused: TLS handshake failed", "not a TLS handshake")
+
+    # ZooKeeper's port is TLS too (its secureClientPort): kazoo with client1's certificate gets in, plaintext does not
+    d = c.tls_dir
+    assert d is not None
+    zk = KazooClient(hosts=c.zk_addr(1), use_ssl=True, ca=str(d / "ca.pem"), certfile=str(d / "client1.pem"),
+                     keyfile=str(d / "client1.key"))
+    zk.start(timeout=15)
+    try:
+        zk.create("/over-tls", b"zk")
+        assert zk.get("/over-tls")[0] == b"zk"
+    finally:
+        zk.stop()
+        zk.close()
+    plain_zk = KazooClient(hosts=c.zk_addr(2), connection_retry={"max_tries": 1})
+    with pytest.raises(KazooTimeoutError):
+        plain_zk.start(timeout=2)
+    plain_zk.stop()
+    plain_zk.close()
+    await wait_log(c, 2, "zookeeper connection refused: TLS handshake failed", "not a TLS handshake")
 
     # plaintext to the TLS peer port: a real Hello, refused before any frame is read
     assert await _closed_by_server(c.peer_ports[3], frame((wire.TAG_HELLO, wire.WIRE_VERSION, 1))) == b""

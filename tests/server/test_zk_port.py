@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
 
 from zabd.client.spawn import LocalCluster
@@ -192,3 +193,18 @@ def test_multi_read_who_am_i_and_an_unknown_opcode(cluster: LocalCluster, kazoo:
         assert raw.call(5, jute.OP_EXISTS, Exists("/r/a"))[2] == 0
     finally:
         raw.sock.close()
+
+
+def test_a_server_that_asks_for_tokens_refuses_zookeeper_clients_without_a_certificate(
+    cluster_factory: Factory,
+) -> None:
+    import asyncio
+
+    c = cluster_factory(3, tokens={"secret-rw": "rw"})
+    asyncio.run(c.wait_leader())
+    zk = KazooClient(hosts=c.zk_addr(1), connection_retry={"max_tries": 1})
+    with pytest.raises(KazooTimeoutError):
+        zk.start(timeout=2)
+    zk.stop()
+    zk.close()
+    assert "ZooKeeper connection refused: the server requires a client certificate or a token" in c.log_text(1)

@@ -146,6 +146,13 @@ class _Proto(asyncio.Protocol):
             self._fail(ConnectionLost(f"connection {how} before any answer (TLS: was this client's certificate "
                                       "refused? the server's log says)"))
             return
+        if not tls and not self.answered and (exc is None or isinstance(exc, ConnectionError)):
+            # a TLS port closes a plaintext connection without a word (its
+            # handshake failed on our first frame): say what it likely means
+            how = f"closed ({exc})" if exc else "closed by the server"
+            self._fail(ConnectionLost(f"connection {how} before any answer (does the server run TLS? then give "
+                                      "--ca, and --cert/--key if it asks for a client certificate)"))
+            return
         self._fail(ConnectionLost(f"connection closed ({exc})" if exc else "connection closed by the server"))
 
     def _fail(self, exc: BaseException) -> None:

@@ -100,8 +100,9 @@ class ServerConfig(BaseModel):
     # TLS (off by default): PEM files of the cluster's CA, this node's
     # certificate (its subjectAltName must hold zabd-node-<id>) and key.
     # tls_peer: mutual TLS between nodes, each side checking the other's id;
-    # tls_client: TLS on the client port, asking clients for a certificate as
-    # tls_client_certs says (a verified one is a read-write identity).
+    # tls_client: TLS on the client ports (zabd's and ZooKeeper's), asking
+    # clients for a certificate as tls_client_certs says (a verified one is a
+    # read-write identity).
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""

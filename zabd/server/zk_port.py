@@ -15,6 +15,7 @@ client learns it when it reconnects), as ZooKeeper does.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -128,7 +129,18 @@ class ZKClientLink(ClientLink):
         self.session.reader = jute.FrameReader(net.config.max_frame)
         self._head: bytes | None = b""  # the first bytes, until there are four
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.session.role is None:
+            # tokens cannot travel in ZooKeeper's protocol: where the server
+            # asks for them, only a verified client certificate gets in
+            self.net.refusals.refused("ZooKeeper connection refused: the server requires a client certificate or a "
+                                      "token, and this port takes certificates only", self.addr, "no certificate")
+            self.abort()
+
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         if self._head is not None:
             head = self._head + data
             if len(head) < 4:
@@ -171,5 +183,8 @@ def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, statu
         return None
     conf = {k: v for k, v in transport.config.model_dump().items() if k in CONF_FIELDS}
     port = ZKPort(sessions, lambda word: words.answer(word, status(), conf), kick, log)
-    transport.more_ports.append((lambda: ZKClientLink(transport, port), addr[0], addr[1], None, "zookeeper"))
+    # tls_client covers both client ports (ZooKeeper's secureClientPort)
+    transport.more_ports.append(
+        (lambda: ZKClientLink(transport, port), addr[0], addr[1], transport.client_tls, "zookeeper")
+    )
     return port
