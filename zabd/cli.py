@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("zabd.client.cli", "status_main", "show a server's status"),
     "kv": ("zabd.client.kv_cli", "main", "key-value calls: put, get [--sync], cas, delete, sync"),
     "log": ("zabd.client.cli", "log_main", "read committed transactions; 'log dump|verify DIR' inspects a data dir"),
+    "cluster": ("zabd.client.cluster_cli", "main", "run a local cluster in the foreground until Ctrl-C"),
     "bench": ("zabd.client.bench", "main", "load generator (optionally spawning a local cluster)"),
     "certs": ("zabd.certs", "main", "write a CA and one TLS certificate per node (and client certificates)"),
     "compose": ("zabd.server.compose", "main", "write docker-compose files for N nodes"),
