@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from kazoo.client import KazooClient
 
 from zabd.client.client import Client, ZabdError
 from zabd.codec.client import NodeStatus
@@ -37,6 +38,7 @@ FILES = {
     7: ROOT / "deploy/docker-compose.7.yml",
 }
 HOST_BASE = 7000
+HOST_ZK_BASE = 2180
 UP_TIMEOUT = 600.0  # the first build installs the package in the image
 WAIT_S = 90.0
 
@@ -58,14 +60,15 @@ def _skip_reason(n: int) -> str | None:
         return f"no Docker engine answers `docker info`: {last}"
     if _compose_cmd() is None:
         return "no docker-compose and no `docker compose`"
-    for port in range(HOST_BASE + 1, HOST_BASE + n + 1):
+    for port in [*range(HOST_BASE + 1, HOST_BASE + n + 1), *range(HOST_ZK_BASE + 1, HOST_ZK_BASE + n + 1)]:
         with socket.socket() as s:
             # as docker-proxy binds: a connection of an earlier run in TIME_WAIT is no conflict
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError as exc:
-                return f"host port 127.0.0.1:{port} is busy ({exc.strerror}); the compose file publishes 7001..700{n}"
+                return (f"host port 127.0.0.1:{port} is busy ({exc.strerror}); the compose file publishes "
+                        f"7001..700{n} and 2181..218{n}")
     return None
 
 
@@ -217,6 +220,20 @@ async def test_bigger_cluster_elects_writes_and_reads(n: int) -> None:
             assert await c.sync(retry_for=20) >= w.zxid
             g = await c.get("colour")
         assert (g.value, g.version) == (b"blue", 1)
+        # ZooKeeper's port of every node, published as 127.0.0.1:2180+i: kazoo writes on one, reads on another
+        zk_hosts = [f"127.0.0.1:{HOST_ZK_BASE + i}" for i in nodes]
+        writer = KazooClient(hosts=zk_hosts[0])
+        reader = KazooClient(hosts=zk_hosts[-1])
+        writer.start(timeout=20)
+        reader.start(timeout=20)
+        try:
+            writer.create("/colour", b"green")
+            reader.sync("/colour")
+            assert reader.get("/colour")[0] == b"green"
+        finally:
+            for zk in (writer, reader):
+                zk.stop()
+                zk.close()
 
 
 async def test_the_tls_variant_elects_writes_and_refuses_plaintext(tmp_path: Path) -> None:

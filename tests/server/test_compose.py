@@ -60,10 +60,13 @@ def test_compose_services_match_the_config_model(n: int) -> None:
     for node_id, addr in configs["zabd1"].peers.items():
         host, port = addr.rsplit(":", 1)
         assert host in svcs and int(port) == PEER_PORT and svcs[host]["environment"]["ZABD_ID"] == str(node_id)
-    # client ports on the host's loopback only, one per node
+    # client ports on the host's loopback only, zabd's and ZooKeeper's, two per node
     published = [p.rsplit(":", 2) for svc in svcs.values() for p in svc["ports"]]
     assert all(addr == "127.0.0.1" for addr, _, _ in published)
-    assert len({port for _, port, _ in published}) == len(published) == n
+    assert len({port for _, port, _ in published}) == len(published) == 2 * n
+    assert sorted(int(port) for _, port, inside in published if inside == "2181") == list(range(2181, 2181 + n))
+    for svc in svcs.values():
+        assert load_config(None, svc["environment"]).zookeeper_addr == ("0.0.0.0", 2181)
     assert "name" not in doc, "Compose v1 rejects a top-level name: key (use -p NAME)"
     for svc in svcs.values():
         # the log is on disk in the volume, so it survives down + up
