@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 
+import pytest
 from kazoo.client import KazooClient
-from kazoo.protocol.states import KazooState, ZnodeStat
+from kazoo.exceptions import NotReadOnlyCallError
+from kazoo.protocol.states import KazooState, KeeperState, ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from zabd.client.spawn import LocalCluster
@@ -123,3 +126,41 @@ def test_a_leader_kill_suspends_the_session_and_a_watch_fires_once_after_it(clus
     finally:
         zk.stop()
         zk.close()
+
+
+def test_read_only_mode_serves_reads_without_a_quorum_and_moves_back(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3, extra={**ZK, "zk_read_only": True})
+    leader = asyncio.run(cluster.wait_leader())
+    alone = next(i for i in (1, 2, 3) if i != leader)
+    writer = client(cluster.zk_hosts)
+    writer.create("/data", b"before")
+    writer.stop()
+    writer.close()
+    for i in (1, 2, 3):
+        if i != alone:
+            cluster.kill(i)  # SIGKILL: the survivor has no quorum
+    assert four_letter_isro(cluster.zk_addr(alone)) == "ro"
+    zk = KazooClient(hosts=cluster.zk_addr(alone), read_only=True)
+    zk.start(timeout=15)
+    try:
+        assert zk.client_state == KeeperState.CONNECTED_RO
+        assert zk.get("/data")[0] == b"before"
+        with pytest.raises(NotReadOnlyCallError):
+            zk.create("/more", b"")
+        for i in (1, 2, 3):
+            if i != alone:
+                cluster.start_node(i)
+        # the quorum is back: the node closes read-only connections, kazoo reconnects read-write
+        until("the client is read-write again", lambda: zk.client_state == KeeperState.CONNECTED, timeout=30)
+        zk.create("/more", b"after")
+        assert zk.get("/more")[0] == b"after"
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def four_letter_isro(addr: str) -> str:
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"isro")
+        return s.recv(64).decode()

@@ -297,8 +297,9 @@ class MsgpackWire:
     ``{"id": xid, "ok": true, "zxid", "err", "result"}``, and events as
     ``{"id": 0, "event": [type, state, path], "zxid"}``."""
 
-    def connected(self, rid: int, session: int, password: bytes, timeout_ms: int) -> bytes:
-        return frame({"v": 1, "id": rid, "ok": True, "session": session, "password": password, "timeout": timeout_ms})
+    def connected(self, rid: int, session: int, password: bytes, timeout_ms: int, read_only: bool = False) -> bytes:
+        return frame({"v": 1, "id": rid, "ok": True, "session": session, "password": password, "timeout": timeout_ms,
+                      "read_only": read_only})
 
     def refused(self, rid: int, code: Code, message: str) -> bytes:
         return frame({"v": 1, "id": rid, "ok": False, "error": "zk", "err": int(code), "message": message})

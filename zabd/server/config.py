@@ -97,6 +97,10 @@ class ServerConfig(BaseModel):
     # host:port of ZooKeeper's client port (its jute protocol: kazoo, zkCli,
     # ZooKeeper's Java client) on the same tree; empty: off
     zookeeper: str = ""
+    # ZooKeeper's readonlymode.enabled: a node cut off from a quorum serves
+    # reads to clients that ask for read-only (their sessions are this node's
+    # alone; writes get NotReadOnly; they move when the quorum is back)
+    zk_read_only: bool = False
     # TLS (off by default): PEM files of the cluster's CA, this node's
     # certificate (its subjectAltName must hold zabd-node-<id>) and key.
     # tls_peer: mutual TLS between nodes, each side checking the other's id;

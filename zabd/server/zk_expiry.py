@@ -25,7 +25,8 @@ from zabd.kv.zk.sessions import ExpiryTracker
 from zabd.protocol.node import FOLLOWING, LEADING, Node
 from zabd.server.config import ServerConfig
 from zabd.server.proposals import Links, ProposalPath
-from zabd.server.zk_sessions import ZKSessions, wire_write
+from zabd.server.zk_conn import wire_write
+from zabd.server.zk_sessions import ZKSessions
 
 CLEANUP_TICKS = 10
 
@@ -42,9 +43,14 @@ def zookeeper_layer(config: ServerConfig, node: Node, machine: StateMachine, pro
     if not isinstance(machine, KVMachine):
         return None, None
     sessions = ZKSessions(machine, proposals, config.id, config.zk_tick_ms, config.zk_super_digest or None,
-                          wall_ms, log)
+                          wall_ms, log, lambda: serving(node), config.zk_read_only)
     keeper = SessionKeeper(node, machine, sessions, proposals, links, config.zk_tick_ms, wall_ms, log)
     return sessions, keeper
+
+
+def serving(node: Node) -> bool:
+    """Whether this node is part of a working quorum (a leader or a synced follower)."""
+    return node.role in (LEADING, FOLLOWING) and node.synced
 
 
 class SessionKeeper:
@@ -85,6 +91,8 @@ class SessionKeeper:
             return
         self._next_report = now + self.tick_ms // 2
         node = self.node
+        if self.sessions.read_only_mode and serving(node) and (ended := self.sessions.end_read_only()):
+            self.log.info("quorum back: read-only ZooKeeper connections closed", connections=ended)
         if node.role == LEADING and node.synced and self.proposals.machine_ready():
             if self._epoch != node.current_epoch:
                 self._start_leading(now)

@@ -35,9 +35,10 @@ _UNIMPLEMENTED = (jute.Unknown,)
 class JuteWire:
     """One connection's encoder: it remembers each request's opcode until its reply."""
 
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "legacy")
 
-    def __init__(self) -> None:
+    def __init__(self, legacy: bool = False) -> None:
+        self.legacy = legacy  # a client of ZooKeeper 3.3 or older: no readOnly byte in the ConnectResponse
         # xid -> (opcode, a multi's per-op opcodes) of requests not answered yet
         self.pending: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
 
@@ -53,14 +54,14 @@ class JuteWire:
             del self.pending[xid]
         return op
 
-    def connected(self, rid: int, session: int, password: bytes, timeout_ms: int) -> bytes:
-        return jute.encode_connect_response(timeout_ms, session, password, False)
+    def connected(self, rid: int, session: int, password: bytes, timeout_ms: int, read_only: bool = False) -> bytes:
+        return jute.encode_connect_response(timeout_ms, session, password, read_only, legacy=self.legacy)
 
     def refused(self, rid: int, code: Code, message: str) -> bytes:
         # an unknown or expired session: a zero timeout tells the client it
         # expired; any other refusal (this server is behind the client) is a
         # closed connection, after which the client tries another server
-        return jute.encode_connect_refused() if code == Code.SESSION_EXPIRED else b""
+        return jute.encode_connect_refused(legacy=self.legacy) if code == Code.SESSION_EXPIRED else b""
 
     def reply(self, xid: int, zxid: int, err: Code, result: Any | None) -> bytes:
         op, multi_ops = self._op(xid)
@@ -92,9 +93,9 @@ class ZKPort:
                     self.log.error("ZooKeeper connect request rejected; closing the connection", addr=addr,
                                    error=str(exc))
                     return False
-                wire = self.wires[io] = JuteWire()
+                wire = self.wires[io] = JuteWire(req.legacy)
                 if not self.sessions.connect(io, wire, 0, req.session_id, req.password, req.timeout_ms,
-                                             req.last_zxid_seen, addr):
+                                             req.last_zxid_seen, addr, req.read_only):
                     return False
                 continue
             try:
@@ -170,8 +171,8 @@ class ZKClientLink(ClientLink):
 
 
 # what ``conf`` shows (never a secret such as the superuser digest)
-CONF_FIELDS = ("id", "client", "zookeeper", "peers", "tick_ms", "zk_tick_ms", "zk_max_data", "storage", "data_dir",
-               "snap_count", "fsync")
+CONF_FIELDS = ("id", "client", "zookeeper", "peers", "tick_ms", "zk_tick_ms", "zk_max_data", "zk_read_only", "storage",
+               "data_dir", "snap_count", "fsync")
 
 
 def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, status: Callable[[], dict[str, Any]],

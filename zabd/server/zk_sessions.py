@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from zabd.codec import client as schema
-from zabd.codec import peer as wire
-from zabd.codec.zk_msgpack import encode_request
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.zk import acl as acls
 from zabd.kv.zk.errors import Code
@@ -65,49 +63,13 @@ from zabd.kv.zk.tree import Applied
 from zabd.kv.zk.watches import WatchKind, WatchManager
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ZK, ZK_SYNC, LocalReply, ProposalPath
-
-Result = Any  # a zabd.codec.zk_msgpack.Result
-
-
-class ZKWire(Protocol):
-    """A connection's encoding of what the session layer says."""
-
-    def connected(self, rid: int, session: int, password: bytes, timeout_ms: int) -> bytes: ...
-
-    def refused(self, rid: int, code: Code, message: str) -> bytes: ...
-
-    def reply(self, xid: int, zxid: int, err: Code, result: Result | None) -> bytes: ...
-
-    def event(self, kind: EventType, state: KeeperState, path: str, zxid: int) -> bytes: ...
-
-
-class ZKConn:
-    """One client connection that speaks ZooKeeper."""
-
-    __slots__ = ("io", "wire", "session", "timeout_ms", "auth", "addr", "closing")
-
-    def __init__(self, io: ClientSession, wire: ZKWire, addr: str) -> None:
-        self.io = io
-        self.wire = wire
-        self.session = 0  # 0 until the session is created or re-attached
-        self.timeout_ms = 0
-        host = addr.rsplit(":", 1)[0].strip("[]")
-        self.auth: list[acls.Id] = [acls.Id("ip", host)]
-        self.addr = addr
-        self.closing = False  # a closeSession is under way
-
-
-def _err(result: Result) -> Code:
-    if isinstance(result, ErrorResult):
-        return result.code
-    if isinstance(result, MultiResult) and result.failed:
-        return next(r.code for r in result.results if isinstance(r, ErrorResult) and r.code != Code.OK)
-    return Code.OK
+from zabd.server.zk_conn import ZKConn, ZKWire, result_code, wire_write
 
 
 class ZKSessions:
     def __init__(self, machine: KVMachine, proposals: ProposalPath, server_id: int, tick_ms: int,
-                 super_digest: str | None, now_ms: Callable[[], int], log: Any) -> None:
+                 super_digest: str | None, now_ms: Callable[[], int], log: Any,
+                 serving: Callable[[], bool] = lambda: True, read_only_mode: bool = False) -> None:
         self.machine = machine
         self.proposals = proposals
         self.tick_ms = tick_ms
@@ -119,6 +81,11 @@ class ZKSessions:
         self.attached: dict[int, ZKConn] = {}  # session id -> the connection that holds it here
         self.touched: set[int] = set()  # sessions heard from since the last report to the leader
         self.watches = WatchManager()
+        # ZooKeeper's readonlymode.enabled: while ``serving()`` is false (no
+        # quorum), a client that asks for read-only gets a session of this
+        # node alone that reads the local tree
+        self.serving = serving
+        self.read_only_mode = read_only_mode
         self.on_created: Callable[[int, int], None] | None = None  # (session, timeout): the leader tracks it
         self.on_closed: Callable[[int], None] | None = None
         self._sync_paths: dict[tuple[int, int], str] = {}
@@ -130,7 +97,7 @@ class ZKSessions:
     # ------------------------------------------------------------ connecting
 
     def connect(self, io: ClientSession, wire: ZKWire, rid: int, session: int, password: bytes,
-                timeout_ms: int, last_zxid: int, addr: str) -> bool:
+                timeout_ms: int, last_zxid: int, addr: str, read_only: bool = False) -> bool:
         """A client's connect request; False: close the connection after the answer."""
         tree = self.machine.zk
         if io in self.conns:
@@ -142,6 +109,8 @@ class ZKSessions:
                                                               f"client {last_zxid:#x}: try another server"))
             return False
         conn = ZKConn(io, wire, addr)
+        if read_only and self.read_only_mode and not self.serving():
+            return self._connect_read_only(conn, rid, session, password, timeout_ms)
         if session == 0:
             self.conns[io] = conn
             sid = self.ids.next()
@@ -160,6 +129,31 @@ class ZKSessions:
         self._attach(conn, session, known.timeout_ms)
         io.answer(wire.connected(rid, session, known.password, known.timeout_ms))
         return True
+
+    def _connect_read_only(self, conn: ZKConn, rid: int, session: int, password: bytes, timeout_ms: int) -> bool:
+        known = self.machine.zk.sessions.get(session) if session else None
+        if session and (known is None or known.password != password):
+            conn.io.answer(conn.wire.refused(rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has "
+                                                                        "expired"))
+            return False
+        conn.read_only = True
+        self.conns[conn.io] = conn
+        if known is not None:  # a session of the tree, read here until a quorum is back
+            self._attach(conn, session, known.timeout_ms)
+            password = known.password
+        else:
+            password = os.urandom(16)
+            self._attach(conn, self.ids.next(), negotiate_timeout(timeout_ms, self.tick_ms))
+        conn.io.answer(conn.wire.connected(rid, conn.session, password, conn.timeout_ms, read_only=True))
+        return True
+
+    def end_read_only(self) -> int:
+        """The node serves again: read-only connections close, so that their
+        clients reconnect for a read-write session (ZooKeeper closes them too)."""
+        ended = [c for c in self.conns.values() if c.read_only]
+        for conn in ended:
+            self._hang_up(conn)
+        return len(ended)
 
     def _attach(self, conn: ZKConn, session: int, timeout_ms: int) -> None:
         old = self.attached.get(session)
@@ -204,7 +198,9 @@ class ZKSessions:
             io.answer(schema.error_frame(xid, schema.BAD_REQUEST, msg))
             return False
         self.touched.add(conn.session)
-        if conn.session not in self.machine.zk.sessions:
+        if conn.read_only and not self._allowed_read_only(conn, xid, req):
+            return True
+        if not conn.read_only and conn.session not in self.machine.zk.sessions:
             io.answer(conn.wire.reply(xid, self.machine.zk.applied, Code.SESSION_EXPIRED, None))
             self._hang_up(conn)
             return True
@@ -238,6 +234,18 @@ class ZKSessions:
             io.answer(conn.wire.reply(xid, 0, Code.UNIMPLEMENTED, None))
         return True
 
+    def _allowed_read_only(self, conn: ZKConn, xid: int, req: Any) -> bool:
+        """Whether a read-only session may do ``req``; if not, it is answered here."""
+        if isinstance(req, (Read, MultiRead, WhoAmI, Ping, AddWatch, SetWatches, RemoveWatches, CheckWatches, AddAuth)):
+            return True
+        if isinstance(req, CloseSession) and conn.session not in self.machine.zk.sessions:
+            # a session of this node alone: nothing to replicate
+            conn.io.answer(conn.wire.reply(xid, self.machine.zk.applied, Code.OK, SessionResult(conn.session)))
+            self._hang_up(conn)
+            return False
+        conn.io.answer(conn.wire.reply(xid, self.machine.zk.applied, Code.NOT_READ_ONLY, None))
+        return False
+
     def _read(self, conn: ZKConn, xid: int, req: Read) -> bytes:
         tree = self.machine.zk
         result = serve(tree, req, conn.auth, conn.session)
@@ -250,7 +258,8 @@ class ZKSessions:
                 self.watches.add(conn, req.path, WatchKind.DATA)
             elif isinstance(req, GetChildren) and not isinstance(result, ErrorResult):
                 self.watches.add(conn, req.path, WatchKind.CHILD)
-        return conn.wire.reply(xid, tree.applied, _err(result), None if isinstance(result, ErrorResult) else result)
+        body = None if isinstance(result, ErrorResult) else result
+        return conn.wire.reply(xid, tree.applied, result_code(result), body)
 
     def _multi_read(self, conn: ZKConn, xid: int, req: MultiRead) -> bytes:
         # each op on its own, no watches (ZooKeeper's multiRead); one failing op fails nothing else
@@ -346,7 +355,7 @@ class ZKSessions:
         if isinstance(result, SessionResult):  # this connection's close
             self._hang_up(conn)
             return wire_.reply(reply.rid, zxid, Code.OK, OkResult())
-        return wire_.reply(reply.rid, zxid, _err(result), None if isinstance(result, ErrorResult) else result)
+        return wire_.reply(reply.rid, zxid, result_code(result), None if isinstance(result, ErrorResult) else result)
 
     def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
         conn = self.conns.get(reply.session)
@@ -383,7 +392,3 @@ class _SyncAnswers:
 
     def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
         return self.sessions.sync_failed(reply, code, message)
-
-
-def wire_write(session: int, auth: tuple[acls.Id, ...] | list[acls.Id], req: Write) -> wire.ZKWrite:
-    return wire.ZKWrite(session, tuple((a.scheme, a.id) for a in auth), encode_request(req))

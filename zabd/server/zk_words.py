@@ -88,7 +88,9 @@ def answer(word: str, st: dict[str, Any], conf: dict[str, Any]) -> str:
     if word == "ruok":
         return "imok"
     if word == "isro":
-        return "rw" if _mode(st) in ("leader", "follower") else "null"
+        if _mode(st) in ("leader", "follower"):
+            return "rw"
+        return "ro" if conf.get("zk_read_only") else "null"
     if word == "srvr":
         return _srvr(st)
     if word == "stat":
