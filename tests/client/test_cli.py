@@ -88,3 +88,14 @@ def test_bench_spawn_single_disk_node() -> None:
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["storage"] == "disk" and out["nodes"] == 1 and out["ops"] > 0
+
+
+def test_bench_loads_zookeepers_port_with_each_op() -> None:
+    for op in ("set", "get", "create"):
+        r = zabd("bench", "--spawn", "3", "--storage", "disk", "--zookeeper", op, "--clients", "4", "--window", "8",
+                 "--duration", "1", "--warmup", "0.5", "--no-progress", "--json", timeout=120)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["zookeeper"] == op and out["ops"] > 0 and out["errors"] == 0, out
+        # writes go through the log: fsyncs happen; reads need none
+        assert (out["fsyncs_per_s"] > 0) == (op != "get"), out

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import ssl
@@ -28,6 +29,7 @@ import msgpack
 from hdrh.histogram import HdrHistogram
 
 from zabd.client.cli import connect_options, security_options
+from zabd.client.zk_bench import OPS, ZKBenchConn
 from zabd.codec.framing import FrameError, FrameReader, frame, no_delay
 
 _packb = msgpack.packb
@@ -198,6 +200,20 @@ async def _leader_of(servers: list[str], **conn: Any) -> tuple[str, dict[str, An
     return "", last
 
 
+async def _zk_addrs(servers: list[str], **conn: Any) -> dict[str, str]:
+    """zabd client address -> that node's ZooKeeper port (host as reached)."""
+    from zabd.client.client import Client
+
+    out: dict[str, str] = {}
+    for addr in servers:
+        with contextlib.suppress(Exception):
+            async with await Client.connect(addr, timeout=2, **conn) as c:
+                zk = (await c.status()).model_dump().get("zookeeper_port")
+            if isinstance(zk, str) and zk:
+                out[addr] = f"{addr.rsplit(':', 1)[0]}:{zk.rsplit(':', 1)[1]}"
+    return out
+
+
 async def _storage_stats(addr: str, **conn: Any) -> dict[str, int] | None:
     from zabd.client.client import Client
 
@@ -237,6 +253,7 @@ async def run_bench(
     kv_keys: int = 0,
     tls: ssl.SSLContext | None = None,
     token: str | None = None,
+    zookeeper: str | None = None,
 ) -> dict[str, Any]:
     from zabd.client.client import parse_servers
 
@@ -254,11 +271,24 @@ async def run_bench(
     stats = Stats()
     payload = os.urandom(payload_size)
     stop_at = [time.monotonic() + warmup + duration + 3600.0]
-    conns: list[BenchConn] = []
-    for host, port in chosen:
-        _, proto = await loop.create_connection(
-            lambda: BenchConn(stats, payload, window, stop_at, kv_keys, token), host, port, ssl=tls
-        )
+    conns: list[BenchConn | ZKBenchConn] = []
+    zk_of = await _zk_addrs([f"{h}:{p}" for h, p in set(chosen)], **conn) if zookeeper else {}
+    for i, (host, port) in enumerate(chosen):
+        if zookeeper is None:
+            _, proto = await loop.create_connection(
+                lambda: BenchConn(stats, payload, window, stop_at, kv_keys, token), host, port, ssl=tls
+            )
+        else:  # the same node's ZooKeeper port
+            zaddr = zk_of.get(f"{host}:{port}")
+            if zaddr is None:
+                raise RuntimeError(f"{host}:{port} has no ZooKeeper port (its config sets no 'zookeeper')")
+            zhost, zport = zaddr.rsplit(":", 1)
+            _, zk_proto = await loop.create_connection(
+                functools.partial(ZKBenchConn, i, zookeeper, stats, payload, window, stop_at), zhost, int(zport),
+                ssl=tls,
+            )
+            conns.append(zk_proto)
+            continue
         conns.append(proto)
     if warmup > 0:
         await asyncio.sleep(warmup)
@@ -318,6 +348,7 @@ async def run_bench(
         "warmup_s": warmup,
         "target": target,
         "tls": tls is not None,
+        "zookeeper": zookeeper,
         "leader": leader_addr,
         "storage": st.get("storage", "unknown"),
         "fsync": st.get("fsync"),
@@ -356,6 +387,9 @@ def main(argv: list[str]) -> int:
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="with --spawn: a server config field"
     )
     p.add_argument("--kv-keys", type=int, default=0, help="KV puts over this many keys instead of raw proposals")
+    p.add_argument("--zookeeper", choices=OPS, metavar="|".join(OPS),
+                   help="load ZooKeeper's port of each node instead: setData/getData of a znode per client, "
+                        "or sequential creates")
     p.add_argument(
         "--tls", action="store_true",
         help="with --spawn: TLS on both ports (certificates made in the cluster's temp dir by zabd.certs)",
@@ -364,6 +398,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-progress", action="store_true")
     security_options(p)
     args = p.parse_args(argv)
+    if args.zookeeper and args.kv_keys:
+        p.error("--zookeeper and --kv-keys exclude each other")
     if args.kv_keys < 0:
         p.error(f"--kv-keys {args.kv_keys}: expected 0 (raw proposals) or a number of keys")
     if (args.servers is None) == (args.spawn is None):
@@ -392,6 +428,7 @@ def main(argv: list[str]) -> int:
             target=args.target,
             progress=not args.no_progress,
             kv_keys=args.kv_keys,
+            zookeeper=args.zookeeper,
         )
         if args.servers:
             return await run_bench(args.servers.split(","), **kw, **connect_options(args))
@@ -428,7 +465,7 @@ def main(argv: list[str]) -> int:
             f"p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, p99.9 {result['p999_ms']} ms, "
             f"errors {result['errors']} ({result['nodes']} nodes, {result['payload']} B, "
             f"{result['clients']}x{result['window']}, storage {result['storage']}, fsync {result['fsync']}, "
-            f"tls {result['tls']}, "
+            f"tls {result['tls']}, zookeeper {result['zookeeper']}, "
             f"{result['fsyncs_per_s']} fsyncs/s, {result['txns_per_fsync']} txns/fsync, cpu {result['cpu_pct']})"
         )
     return 0

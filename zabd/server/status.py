@@ -99,6 +99,7 @@ class StatusReport:
             "peers": list(self.config.peer_ids),
             "peers_connected": sorted(p for p in self.transport.peers if self.transport.connected(p)),
             "storage": self.config.storage,
+            "zookeeper_port": self.config.zookeeper or None,  # host:port of ZooKeeper's client port, if on
             "fsync": self.config.fsync,
             "client_connections": len(self.transport.clients),
             "watches": len(self.watches.sessions),
