@@ -56,7 +56,10 @@ def is_node(x: Any) -> bool:
 
 def short(x: Any) -> str:
     """``repr`` cut to one short line, for error messages about bad input."""
-    r = repr(x)
+    try:
+        r = repr(x)
+    except RecursionError:  # msgpack decodes arrays and maps nested up to 1024 deep
+        return f"<{type(x).__name__} nested too deeply>"
     return r if len(r) <= 80 else r[:77] + "..."
 
 

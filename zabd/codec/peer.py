@@ -263,7 +263,7 @@ def _core(tag: int, body: tuple[Any, ...]) -> Message | None:
 def decode_message(body: Any) -> Message:
     """A validated core message from a decoded body (tags 0..8 only)."""
     tag = _tag(body)
-    if tag >= len(EXTENDED_TYPES):
+    if not 0 <= tag < len(EXTENDED_TYPES):
         raise FrameError(f"unknown peer frame tag {short(tag)}")
     msg = _core(tag, body)
     if msg is None:
@@ -395,7 +395,7 @@ _DRIVER: dict[int, tuple[str, Callable[[tuple[Any, ...]], DriverFrame | None]]] 
 def decode_frame(body: Any) -> PeerFrame:
     """A validated core message or driver frame; FrameError otherwise."""
     tag = _tag(body)
-    if tag < len(EXTENDED_TYPES):
+    if 0 <= tag < len(EXTENDED_TYPES):
         msg = _core(tag, body)
         if msg is None:
             raise FrameError(f"malformed {EXTENDED_TYPES[tag].__name__} frame {short(body)}")

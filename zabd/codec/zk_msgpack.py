@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 
-from zabd.codec.framing import frame
+from zabd.codec.framing import frame, short
 from zabd.kv.zk.acl import from_wire as unpack_acl
 from zabd.kv.zk.acl import to_wire as pack_acl
 from zabd.kv.zk.errors import Code
@@ -131,7 +131,7 @@ def _str(x: Any) -> str:
 
 def _int(x: Any) -> int:
     if type(x) is not int or not -(1 << 63) <= x < (1 << 63):
-        raise ValueError(f"expected a 64-bit integer, got {x!r}")
+        raise ValueError(f"expected a 64-bit integer, got {short(x)}")
     return x
 
 
@@ -143,7 +143,7 @@ def _bytes(x: Any) -> bytes:
 
 def _bool(x: Any) -> bool:
     if type(x) is not bool:
-        raise ValueError(f"expected a boolean, got {x!r}")
+        raise ValueError(f"expected a boolean, got {short(x)}")
     return x
 
 
@@ -157,6 +157,8 @@ def _acl(x: Any) -> Any:
 
 
 def _multi_op(x: Any) -> MultiOp:
+    if type(x) in (list, tuple) and x and x[0] == "multi":  # refused before decoding: no recursion
+        raise ValueError("a multi holds create, delete, setData and check ops only")
     op = _decode(x)
     if not isinstance(op, (Create, Delete, SetData, Check)):
         raise ValueError("a multi holds create, delete, setData and check ops only")
@@ -191,7 +193,7 @@ _DECODERS: dict[str, tuple[int, Callable[[list[Any]], Request]]] = {
 
 def _u64(x: Any) -> int:
     if type(x) is not int or not 0 <= x < (1 << 64):
-        raise ValueError(f"expected a zxid, got {x!r}")
+        raise ValueError(f"expected a zxid, got {short(x)}")
     return x
 
 
@@ -204,7 +206,7 @@ def _list(x: Any) -> list[Any]:
 def _decode(x: Any) -> Request:
     f = _list(x)
     if not f or type(f[0]) is not str or f[0] not in _DECODERS:
-        raise ValueError(f"unknown ZooKeeper request {f[0] if f else None!r}")
+        raise ValueError(f"unknown ZooKeeper request {short(f[0] if f else None)}")
     n, build = _DECODERS[f[0]]
     if len(f) != n:
         raise ValueError(f"{f[0]} takes {n - 1} fields, got {len(f) - 1}")
