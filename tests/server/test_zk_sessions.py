@@ -129,6 +129,11 @@ async def test_ephemerals_survive_a_leader_kill_and_vanish_when_the_owner_stops(
     live = [i for i in (1, 2, 3) if i != leader]
     new_leader = await cluster.wait_leader(nodes=live, exclude=leader)
     assert new_leader != leader
+    # the follower closed its ZooKeeper connections when it lost its leader
+    # (as ZooKeeper's do): the owner re-attaches, as a client library does
+    await asyncio.wait_for(owner.closed.wait(), 10)
+    owner = await ZKDriver.connect(cluster.client_addr(follower), session=owner.session, password=owner.password,
+                                   last_zxid=owner.last_zxid, timeout_ms=1500)
     # well past the session timeout: the owner kept touching through the change
     await asyncio.sleep(2.5)
     assert await exists_everywhere(cluster, live, "/lock") == {i: True for i in live}

@@ -50,7 +50,7 @@ def zookeeper_layer(config: ServerConfig, node: Node, machine: StateMachine, pro
 
 def serving(node: Node) -> bool:
     """Whether this node is part of a working quorum (a leader or a synced follower)."""
-    return node.role in (LEADING, FOLLOWING) and node.synced
+    return (node.role == LEADING and node.synced) or (node.role == FOLLOWING and node.in_sync)
 
 
 class SessionKeeper:
@@ -69,6 +69,7 @@ class SessionKeeper:
         self._epoch = -1  # the leadership whose tracker this is
         self._next_report = 0
         self._next_cleanup = 0
+        self._serving = False  # as of the last tick
         sessions.on_created = self._created
         sessions.on_closed = self.tracker.forget
 
@@ -86,6 +87,10 @@ class SessionKeeper:
                 self.tracker.touch(sid, now)
 
     def tick(self) -> None:
+        up = serving(self.node)
+        if self._serving and not up and (ended := self.sessions.stopped_serving()):
+            self.log.info("no quorum: ZooKeeper connections closed", connections=ended)
+        self._serving = up
         now = self.now_ms()
         if now < self._next_report:
             return

@@ -109,8 +109,13 @@ class ZKSessions:
                                                               f"client {last_zxid:#x}: try another server"))
             return False
         conn = ZKConn(io, wire, addr)
-        if read_only and self.read_only_mode and not self.serving():
-            return self._connect_read_only(conn, rid, session, password, timeout_ms)
+        if not self.serving():
+            if read_only and self.read_only_mode:
+                return self._connect_read_only(conn, rid, session, password, timeout_ms)
+            # as ZooKeeper: a server without a quorum takes no session (the
+            # client goes on to another server, its requests still queued)
+            io.answer(wire.refused(rid, Code.CONNECTION_LOSS, "this server has no quorum now: try another"))
+            return False
         if session == 0:
             self.conns[io] = conn
             sid = self.ids.next()
@@ -146,6 +151,15 @@ class ZKSessions:
             self._attach(conn, self.ids.next(), negotiate_timeout(timeout_ms, self.tick_ms))
         conn.io.answer(conn.wire.connected(rid, conn.session, password, conn.timeout_ms, read_only=True))
         return True
+
+    def stopped_serving(self) -> int:
+        """The node lost its quorum: its read-write connections close, as a
+        ZooKeeper server's do, so that clients see the disconnection (kazoo's
+        SUSPENDED) and move to a server that serves."""
+        ended = [c for c in self.conns.values() if not c.read_only]
+        for conn in ended:
+            self._hang_up(conn)
+        return len(ended)
 
     def end_read_only(self) -> int:
         """The node serves again: read-only connections close, so that their
@@ -343,9 +357,10 @@ class ZKSessions:
         wire_ = conn.wire if conn is not None else None
         if wire_ is None:
             return b""
-        if result is None:
-            return wire_.reply(reply.rid, zxid, Code.CONNECTION_LOSS, None)
         assert conn is not None
+        if result is None:  # not kept here any more: the client cannot be told; it learns by reconnecting
+            self._hang_up(conn)
+            return b""
         if isinstance(result, SessionResult) and conn.session == result.session_id and not conn.closing:
             session = self.machine.zk.sessions.get(result.session_id)
             if session is None:
@@ -365,7 +380,11 @@ class ZKSessions:
             self.conns.pop(conn.io, None)
             conn.io.hang_up()
             return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
-        return conn.wire.reply(reply.rid, 0, Code.CONNECTION_LOSS, None)
+        # the write's fate is unknown (no leader, a leader change): ZooKeeper
+        # never answers ConnectionLoss, its client raises it when the
+        # connection drops, and re-sends nothing
+        self._hang_up(conn)
+        return b""
 
     def synced(self, reply: LocalReply, zxid: int) -> bytes:
         conn = self.conns.get(reply.session)
