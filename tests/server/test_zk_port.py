@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
 
@@ -86,6 +86,20 @@ def test_znodes_stats_and_errors(kazoo: KazooClient) -> None:
     kazoo.delete("/app", recursive=True)
     assert kazoo.exists("/app") is None
     assert "zookeeper" in kazoo.get_children("/")
+    # null data is not empty data, as in ZooKeeper
+    kazoo.create("/null", None)
+    assert kazoo.get("/null")[0] is None
+    kazoo.set("/null", b"")
+    assert kazoo.get("/null")[0] == b""
+
+
+def test_a_request_over_jute_maxbuffer_closes_the_connection(kazoo: KazooClient) -> None:
+    """As ZooKeeper's server: a request longer than jute.maxbuffer (1 MiB - 1)
+    is not answered, the connection closes; kazoo reports ConnectionLoss."""
+    with pytest.raises(ConnectionLoss):
+        kazoo.create("/big", b"x" * (2 << 20))
+    kazoo.create("/fits", b"x" * 1_000_000)  # reconnected, same session
+    assert len(kazoo.get("/fits")[0]) == 1_000_000
 
 
 def test_transaction_ephemerals_and_watches(cluster: LocalCluster, kazoo: KazooClient) -> None:

@@ -127,7 +127,9 @@ class ZKClientLink(ClientLink):
     def __init__(self, net: Transport, port: ZKPort) -> None:
         super().__init__(net)
         self.port = port
-        self.session.reader = jute.FrameReader(net.config.max_frame)
+        # ZooKeeper's jute.maxbuffer (1 MiB - 1 by default) bounds a whole request: a
+        # longer one closes the connection without an answer, as ZooKeeper's does
+        self.session.reader = jute.FrameReader(min(net.config.max_frame, net.config.zk_max_data - 1))
         self._head: bytes | None = b""  # the first bytes, until there are four
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
