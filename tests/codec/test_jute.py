@@ -92,7 +92,7 @@ ZB_ACL = (ACL(31, Id("world", "anyone")), ACL(1, Id("digest", "u:h")))
     ("kazoo_req", "expected"),
     [
         (kz.Create("/a", b"v", KZ_ACL, 3), Create("/a", b"v", ZB_ACL, EPHEMERAL_SEQUENTIAL)),
-        (kz.Create2("/a", None, KZ_ACL, 0), Create("/a", b"", ZB_ACL, PERSISTENT)),
+        (kz.Create2("/a", None, KZ_ACL, 0), Create("/a", None, ZB_ACL, PERSISTENT)),  # null data stays null
         (kz.Create("", b"", [], 0), Create("", b"", (), PERSISTENT)),  # kazoo sends "" as null
         (kz.Delete("/a", 7), Delete("/a", 7)),
         (kz.Exists("/a", True), Exists("/a", True)),

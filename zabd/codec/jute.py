@@ -333,7 +333,7 @@ def decode_connect(body: bytes) -> ConnectRequest:
 
 
 def _create(r: _Reader, op: int) -> Create:
-    path, data, acl, flags = r.text(), r.data(), r.acl(), r.i32()
+    path, data, acl, flags = r.text(), r.buffer(), r.acl(), r.i32()  # null data stays None
     ttl = r.i64() if op == OP_CREATE_TTL else -1
     return Create(path, data, acl, flags, ttl)
 
@@ -365,7 +365,7 @@ def _multi(r: _Reader, read: bool) -> tuple[tuple[Any, ...], tuple[int, ...]]:
         if t == OP_DELETE:
             ops.append(Delete(r.text(), r.i32()))
         elif t == OP_SET_DATA:
-            ops.append(SetData(r.text(), r.data(), r.i32()))
+            ops.append(SetData(r.text(), r.buffer(), r.i32()))
         elif t == OP_CHECK:
             ops.append(Check(r.text(), r.i32()))
         elif t == OP_GET_DATA:
@@ -396,7 +396,7 @@ _DECODERS: dict[int, Callable[[_Reader], object]] = {
     OP_DELETE: lambda r: Delete(r.text(), r.i32()),
     OP_EXISTS: lambda r: Exists(r.text(), r.boolean()),
     OP_GET_DATA: lambda r: GetData(r.text(), r.boolean()),
-    OP_SET_DATA: lambda r: SetData(r.text(), r.data(), r.i32()),
+    OP_SET_DATA: lambda r: SetData(r.text(), r.buffer(), r.i32()),
     OP_GET_ACL: lambda r: GetACL(r.text()),
     OP_SET_ACL: lambda r: SetACL(r.text(), r.acl(), r.i32()),
     OP_GET_CHILDREN: lambda r: GetChildren(r.text(), r.boolean(), False),
@@ -809,7 +809,7 @@ def _multi_results(r: _Reader) -> MultiResult:
         elif t == OP_SET_DATA:
             out.append(StatResult(r.stat()))
         elif t == OP_GET_DATA:
-            out.append(DataResult(r.data(), r.stat()))
+            out.append(DataResult(r.buffer(), r.stat()))
         elif t == OP_GET_CHILDREN:
             out.append(ChildrenResult(list(r.strings()), None))
         elif t == OP_ERROR:
@@ -832,7 +832,7 @@ _REPLY_DECODERS: dict[int, Callable[[_Reader], object]] = {
     OP_CREATE_CONTAINER: lambda r: CreateResult(r.text(), r.stat()),
     OP_CREATE_TTL: lambda r: CreateResult(r.text(), r.stat()),
     OP_EXISTS: lambda r: ExistsResult(r.stat()),
-    OP_GET_DATA: lambda r: DataResult(r.data(), r.stat()),
+    OP_GET_DATA: lambda r: DataResult(r.buffer(), r.stat()),
     OP_RECONFIG: lambda r: DataResult(r.data(), r.stat()),
     OP_SET_DATA: lambda r: StatResult(r.stat()),
     OP_SET_ACL: lambda r: StatResult(r.stat()),

@@ -141,6 +141,10 @@ def _bytes(x: Any) -> bytes:
     return x
 
 
+def _data(x: Any) -> bytes | None:
+    return None if x is None else _bytes(x)  # None: null data
+
+
 def _bool(x: Any) -> bool:
     if type(x) is not bool:
         raise ValueError(f"expected a boolean, got {short(x)}")
@@ -166,9 +170,9 @@ def _multi_op(x: Any) -> MultiOp:
 
 
 _DECODERS: dict[str, tuple[int, Callable[[list[Any]], Request]]] = {
-    "create": (6, lambda f: Create(_str(f[1]), _bytes(f[2]), _acl(f[3]), _int(f[4]), _int(f[5]))),
+    "create": (6, lambda f: Create(_str(f[1]), _data(f[2]), _acl(f[3]), _int(f[4]), _int(f[5]))),
     "delete": (3, lambda f: Delete(_str(f[1]), _int(f[2]))),
-    "setData": (4, lambda f: SetData(_str(f[1]), _bytes(f[2]), _int(f[3]))),
+    "setData": (4, lambda f: SetData(_str(f[1]), _data(f[2]), _int(f[3]))),
     "setACL": (4, lambda f: SetACL(_str(f[1]), _acl(f[2]), _int(f[3]))),
     "check": (3, lambda f: Check(_str(f[1]), _int(f[2]))),
     "multi": (2, lambda f: Multi(tuple(_multi_op(op) for op in _list(f[1])))),

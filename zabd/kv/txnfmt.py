@@ -94,6 +94,8 @@ def zk_json(desc: dict[str, Any]) -> dict[str, Any]:
 
 
 def data_text(data: object) -> str:
+    if data is None:
+        return "null"  # null data, not empty (ZooKeeper keeps them apart)
     if not isinstance(data, bytes):
         return repr(data)
     try:

@@ -255,6 +255,32 @@ def test_set_data_to_empty() -> None:
     assert zk.sa.read(zk.sid, GetData("/n")).data == b""
 
 
+def test_null_data_is_not_empty_data() -> None:
+    """ZooKeeper keeps null data apart from empty: a create or setData of null
+    reads back null (kazoo's test_create_null_data, test_set_null_data)."""
+    zk = ZK()
+    zk.w(Create("/null", None))
+    zk.create("/empty", b"")
+    assert zk.sa.read(zk.sid, GetData("/null")).data is None
+    assert zk.sa.read(zk.sid, GetData("/empty")).data == b""
+    assert zk.stat("/null").dataLength == 0
+    zk.w(SetData("/empty", None))
+    zk.w(SetData("/null", b"now some"))
+    assert zk.sa.read(zk.sid, GetData("/empty")).data is None
+    assert zk.sa.read(zk.sid, GetData("/null")).data == b"now some"
+    # the digest tells them apart, and a snapshot keeps them apart
+    restored = DataTree.restore(zk.tree.snapshot())
+    assert serve(restored, GetData("/empty"), (), 0).data is None  # type: ignore[union-attr]
+    assert restored.digest == zk.tree.digest
+
+
+def test_null_and_empty_data_hash_apart() -> None:
+    a, b = ZK(), ZK()
+    a.w(Create("/n", None))
+    b.w(Create("/n", b""))
+    assert a.stat("/n") == b.stat("/n") and a.tree.digest != b.tree.digest
+
+
 def test_delete_child_moves_the_parents_pzxid_not_its_stored_cversion() -> None:
     zk = ZK()
     zk.create("/p")

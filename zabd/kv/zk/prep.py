@@ -225,7 +225,7 @@ class ZKLeader:
             paths.validate(req.path)
             r = t.rec(req.path)
             acls.check(r.acl, acls.WRITE, auth, req.path)
-            if len(req.data) > self.max_data:
+            if req.data is not None and len(req.data) > self.max_data:
                 raise ZKError(Code.BAD_ARGUMENTS, req.path)
             version = next_version(r.version, req.version, req.path)
             n = t.nodes[req.path] = r.copy()
@@ -278,7 +278,7 @@ class ZKLeader:
             raise ZKError(Code.NODE_EXISTS, path)
         if is_session_owner(parent.owner):
             raise ZKError(Code.NO_CHILDREN_FOR_EPHEMERALS, path)
-        if len(req.data) > self.max_data:
+        if req.data is not None and len(req.data) > self.max_data:
             raise ZKError(Code.BAD_ARGUMENTS, path)
         if mode == CONTAINER:
             owner = CONTAINER_OWNER

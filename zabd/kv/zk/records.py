@@ -62,7 +62,7 @@ class Stat(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Create:
     path: str
-    data: bytes = b""
+    data: bytes | None = b""  # None: null data (ZooKeeper keeps it apart from empty)
     acl: tuple[ACL, ...] = OPEN_ACL_UNSAFE
     mode: int = PERSISTENT
     ttl: int = -1
@@ -77,7 +77,7 @@ class Delete:
 @dataclass(frozen=True, slots=True)
 class SetData:
     path: str
-    data: bytes
+    data: bytes | None
     version: int = -1
 
 
@@ -208,7 +208,7 @@ class SessionResult(NamedTuple):
 
 
 class DataResult(NamedTuple):
-    data: bytes
+    data: bytes | None  # None: the znode's data is null
     stat: Stat
 
 

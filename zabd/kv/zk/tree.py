@@ -73,6 +73,13 @@ def _int32(v: int) -> int:
     return (v + (1 << 31)) % (1 << 32) - (1 << 31)
 
 
+class _Keep:
+    """``with_header``'s default: keep the node's data as it is."""
+
+
+KEEP = _Keep()
+
+
 class ZNode:
     """One znode. Never changed in place (a change makes a new one), except
     ``children``: the full paths of its children, shared by its versions."""
@@ -85,17 +92,20 @@ class ZNode:
         self.children = children
 
     @classmethod
-    def make(cls, data: bytes, acl: tuple[ACL, ...], czxid: int, mzxid: int, pzxid: int, ctime: int, mtime: int,
-             version: int, cversion: int, aversion: int, owner: int, children: set[str] | None) -> ZNode:
-        return cls(HEADER.pack(czxid, mzxid, pzxid, ctime, mtime, version, cversion, aversion, owner) + data, acl,
-                   children)
+    def make(cls, data: bytes | None, acl: tuple[ACL, ...], czxid: int, mzxid: int, pzxid: int, ctime: int,
+             mtime: int, version: int, cversion: int, aversion: int, owner: int,
+             children: set[str] | None) -> ZNode:
+        head = HEADER.pack(czxid, mzxid, pzxid, ctime, mtime, version, cversion, aversion, owner)
+        if data is None:
+            return NullDataZNode(head, acl, children)
+        return cls(head + data, acl, children)
 
     def header(self) -> tuple[int, int, int, int, int, int, int, int, int]:
         """(czxid, mzxid, pzxid, ctime, mtime, version, cversion, aversion, owner)"""
         return HEADER.unpack_from(self.blob)
 
     @property
-    def data(self) -> bytes:
+    def data(self) -> bytes | None:
         return self.blob[HEADER_SIZE:]
 
     @property
@@ -146,15 +156,33 @@ class ZNode:
         return Stat(cz, mz, ct, mt, ver, _int32(cv * 2 - kids), av, owner, len(self.blob) - HEADER_SIZE, kids, pz)
 
     def with_header(self, mzxid: int, pzxid: int, mtime: int, version: int, cversion: int, aversion: int,
-                    children: set[str] | None, data: bytes | None = None, acl: tuple[ACL, ...] | None = None) -> ZNode:
+                    children: set[str] | None, data: bytes | _Keep | None = KEEP,
+                    acl: tuple[ACL, ...] | None = None) -> ZNode:
+        """This node with a new header; ``data`` replaces its data (None: null data)."""
         cz, _, _, ct, _, _, _, _, owner = HEADER.unpack_from(self.blob)
         head = HEADER.pack(cz, mzxid, pzxid, ct, mtime, version, cversion, aversion, owner)
-        return ZNode(head + (self.blob[HEADER_SIZE:] if data is None else data),
-                     self.acl if acl is None else acl, children)
+        acl = self.acl if acl is None else acl
+        if isinstance(data, _Keep):
+            return type(self)(head + self.blob[HEADER_SIZE:], acl, children)
+        if data is None:
+            return NullDataZNode(head, acl, children)
+        return ZNode(head + data, acl, children)
 
     def child_stat(self, pzxid: int, cversion: int, children: set[str] | None) -> ZNode:
         _, mz, _, _, mt, ver, _, av, _ = HEADER.unpack_from(self.blob)
         return self.with_header(mz, pzxid, mt, ver, cversion, av, children)
+
+
+class NullDataZNode(ZNode):
+    """A znode whose data is null, not empty (ZooKeeper keeps the two apart:
+    a client that created it with null data reads null back). The class is
+    the flag: no byte more per znode."""
+
+    __slots__ = ()
+
+    @property
+    def data(self) -> bytes | None:
+        return None
 
 
 class Session(NamedTuple):
@@ -167,6 +195,11 @@ class Applied(NamedTuple):
     session: int  # the requesting session
     result: WriteResult
     triggers: list[Trigger]
+
+
+def _data(raw: Any) -> bytes | None:
+    """A txn's data: bytes, or None for null data."""
+    return None if raw is None else bytes(raw)
 
 
 def _empty_node(acl: tuple[ACL, ...], aversion: int = 0) -> ZNode:
@@ -210,6 +243,8 @@ class DataTree:
         h.update(_CHILDREN.pack(len(node.children) if node.children else 0))
         h.update(ab)
         h.update(node.blob)
+        if type(node) is NullDataZNode:
+            h.update(b"\x00null")
         return int.from_bytes(h.digest(), "little")
 
     def _put(self, path: str, node: ZNode) -> None:
@@ -301,12 +336,12 @@ class DataTree:
     def _op(self, zxid: int, time_ms: int, session: int, kind: int, f: list[Any],
             triggers: list[Trigger]) -> WriteResult:
         if kind == tx.T_CREATE:
-            return self._create(zxid, time_ms, f[0], bytes(f[1]), acls_unwire(f[2]), int(f[3]), int(f[4]),
+            return self._create(zxid, time_ms, f[0], _data(f[1]), acls_unwire(f[2]), int(f[3]), int(f[4]),
                                 triggers)
         if kind in (tx.T_DELETE, tx.T_DELETE_CONTAINER):
             return self._delete(zxid, f[0], triggers)
         if kind == tx.T_SET_DATA:
-            return self._set_data(zxid, time_ms, f[0], bytes(f[1]), int(f[2]), triggers)
+            return self._set_data(zxid, time_ms, f[0], _data(f[1]), int(f[2]), triggers)
         if kind == tx.T_SET_ACL:
             return self._set_acl(f[0], acls_unwire(f[1]), int(f[2]))
         if kind == tx.T_CHECK:
@@ -315,7 +350,7 @@ class DataTree:
             return ErrorResult(Code(int(f[0])))
         raise ValueError(f"unknown ZooKeeper txn type {kind}")
 
-    def _create(self, zxid: int, time_ms: int, path: str, data: bytes, acl: tuple[ACL, ...], owner: int,
+    def _create(self, zxid: int, time_ms: int, path: str, data: bytes | None, acl: tuple[ACL, ...], owner: int,
                 parent_cversion: int, triggers: list[Trigger]) -> WriteResult:
         ppath = parent_of(path)
         parent = self.nodes.get(ppath)
@@ -348,7 +383,7 @@ class DataTree:
         triggers.append((EventType.NODE_CHILDREN_CHANGED, ppath))
         return DeleteResult()
 
-    def _set_data(self, zxid: int, time_ms: int, path: str, data: bytes, version: int,
+    def _set_data(self, zxid: int, time_ms: int, path: str, data: bytes | None, version: int,
                   triggers: list[Trigger]) -> WriteResult:
         n = self.nodes.get(path)
         if n is None:
@@ -469,7 +504,8 @@ class DataTree:
             a = acl_ids.get(n.acl)
             if a is None:
                 a = acl_ids[n.acl] = len(acl_ids)
-            out.write(packer.pack([path, n.blob, a]))
+            # a fourth field marks null data (older snapshots have none)
+            out.write(packer.pack([path, n.blob, a, 1] if type(n) is NullDataZNode else [path, n.blob, a]))
         out.write(packer.pack([acls_wire(acl) for acl in acl_ids]))
         out.write(packer.pack([[sid, s.timeout_ms, s.password] for sid, s in sessions.items()]))
         out.write(packer.pack(len(nodes)))
@@ -499,10 +535,10 @@ class DataTree:
         nodes = tree.nodes
         # parents come before their children in a snapshot (dict order is
         # creation order, and a parent outlives its children)
-        for path, blob, a in rows:
+        for path, blob, a, *null in rows:
             if len(blob) < HEADER_SIZE:
                 raise ValueError(f"ZooKeeper tree snapshot: node {path!r} is truncated")
-            nodes[path] = ZNode(blob, acl_table[a], None)
+            nodes[path] = (NullDataZNode if null else ZNode)(blob, acl_table[a], None)
             owner = HEADER.unpack_from(blob)[8]
             if path != "/":
                 parent = nodes[parent_of(path)]
