@@ -157,7 +157,8 @@ class ZabdCluster:
             base_dir=base,
             storage=storage,
             fsync=False,
-            extra={"zk_tick_ms": tick, "zk_super_digest": SUPER_DIGEST},
+            # read-only mode on, as kazoo's harness turns it on for ZooKeeper (readonlymode.enabled)
+            extra={"zk_tick_ms": tick, "zk_super_digest": SUPER_DIGEST, "zk_read_only": True},
             log_level=os.environ.get("KAZOO_SUITE_LOG_LEVEL", "info"),
         )
         self.local.write_configs()
