@@ -89,13 +89,12 @@ class ZabdServer:
 
     @property
     def secure_address(self) -> str:
-        # zabd has no TLS on its ZooKeeper port yet: the plain port, so the
-        # SSL test fails at the handshake rather than in the harness
-        return self.address
+        # the node's TLS ZooKeeper port (zookeeper_secure, ZooKeeper's secureClientPort)
+        return self._cluster.local.zk_secure_addr(self.node_id)
 
     @property
     def secure_client_port(self) -> int:
-        return self.client_port
+        return self._cluster.local.zk_secure_ports[self.node_id]
 
     @property
     def running(self) -> bool:
@@ -160,6 +159,7 @@ class ZabdCluster:
             # read-only mode on, as kazoo's harness turns it on for ZooKeeper (readonlymode.enabled)
             extra={"zk_tick_ms": tick, "zk_super_digest": SUPER_DIGEST, "zk_read_only": True},
             log_level=os.environ.get("KAZOO_SUITE_LOG_LEVEL", "info"),
+            zk_secure=True,
         )
         self.local.write_configs()
         self._servers = [ZabdServer(self, i) for i in range(1, size + 1)]
@@ -227,16 +227,13 @@ class ZabdCluster:
             logs += server.get_logs()
         return logs
 
-    def perform_ssl_certs_generation(self) -> None:
-        # the same CA and certificates kazoo's harness makes (pyOpenSSL, pyjks)
-        from kazoo.testing.common import ZookeeperCluster
-
-        ZookeeperCluster.perform_ssl_certs_generation(self)  # type: ignore[arg-type]
-
     def get_ssl_client_configuration(self) -> dict:
-        self.perform_ssl_certs_generation()
+        # zabd's own certificates (zabd certs: a CA, node and client certificates),
+        # made by LocalCluster for the TLS port: client1's, and the CA
+        d = self.local.tls_dir
+        assert d is not None
         return {
-            "client_key": self._ssl_configuration["client_key_pem"],
-            "client_cert": self._ssl_configuration["client_cert_pem"],
-            "ca_cert": self._ssl_configuration["ca_cert_pem"],
+            "client_key": (d / "client1.key").read_bytes(),
+            "client_cert": (d / "client1.pem").read_bytes(),
+            "ca_cert": (d / "ca.pem").read_bytes(),
         }

@@ -62,6 +62,7 @@ class LocalCluster:
         tls: bool = False,
         client_certs: str = "required",
         tokens: dict[str, str] | None = None,
+        zk_secure: bool = False,
     ) -> None:
         self.n = n
         self.seed = seed
@@ -72,13 +73,15 @@ class LocalCluster:
         self.log_level = log_level
         self._own_dir = base_dir is None
         self.base = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="zabd-cluster-"))
-        ports = free_ports(4 * n)
+        ports = free_ports(5 * n)
         self.peer_ports = {i: ports[i - 1] for i in range(1, n + 1)}
         self.client_ports = {i: ports[n + i - 1] for i in range(1, n + 1)}
         # the admin HTTP port (/health, /status, /metrics), when asked for
         self.admin_ports = {i: ports[2 * n + i - 1] for i in range(1, n + 1)} if admin else {}
         # ZooKeeper's client port (its jute protocol), on every node
         self.zk_ports = {i: ports[3 * n + i - 1] for i in range(1, n + 1)}
+        # zk_secure: a TLS ZooKeeper port too (secureClientPort), certificates in base/tls
+        self.zk_secure_ports = {i: ports[4 * n + i - 1] for i in range(1, n + 1)} if zk_secure else {}
         self.hosts = hosts or {i: "127.0.0.1" for i in range(1, n + 1)}
         self._spawn = spawn
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -87,7 +90,8 @@ class LocalCluster:
         # ports, client certificates as client_certs says; tokens: TOKEN ->
         # rw|ro, written to base/tokens. The helpers below connect with
         # client1's certificate, or the first rw token.
-        self.tls_dir = self.base / "tls" if tls else None
+        self.tls_dir = self.base / "tls" if tls or zk_secure else None
+        self.tls = tls
         self.client_certs = client_certs
         self.tokens = tokens
         self.token = next((t for t, role in (tokens or {}).items() if role == "rw"), None)
@@ -103,6 +107,9 @@ class LocalCluster:
     def zk_addr(self, i: int) -> str:
         return f"{self.hosts[i]}:{self.zk_ports[i]}"
 
+    def zk_secure_addr(self, i: int) -> str:
+        return f"{self.hosts[i]}:{self.zk_secure_ports[i]}"
+
     @property
     def zk_hosts(self) -> str:
         """The connect string of ZooKeeper's clients (kazoo's ``hosts``, zkCli's ``-server``)."""
@@ -113,7 +120,7 @@ class LocalCluster:
 
     def client_tls(self) -> ssl.SSLContext | None:
         """The context the helpers connect with (client1's certificate)."""
-        if self.tls_dir is not None and self._client_tls is None:
+        if self.tls and self.tls_dir is not None and self._client_tls is None:
             from zabd.tls import client_tls
 
             d = self.tls_dir
@@ -125,8 +132,11 @@ class LocalCluster:
         if self.tls_dir is not None:
             d = self.tls_dir
             lines += [f'tls_ca = "{d / "ca.pem"}"', f'tls_cert = "{d / f"node{i}.pem"}"',
-                      f'tls_key = "{d / f"node{i}.key"}"', "tls_peer = true", "tls_client = true",
-                      f'tls_client_certs = "{self.client_certs}"']
+                      f'tls_key = "{d / f"node{i}.key"}"', f'tls_client_certs = "{self.client_certs}"']
+            if self.tls:
+                lines += ["tls_peer = true", "tls_client = true"]
+            if self.zk_secure_ports:
+                lines.append(f'zookeeper_secure = "{self.zk_secure_addr(i)}"')
         if self.tokens is not None:
             lines.append(f'auth_tokens_file = "{self.base / "tokens"}"')
         return lines

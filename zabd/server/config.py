@@ -97,6 +97,9 @@ class ServerConfig(BaseModel):
     # host:port of ZooKeeper's client port (its jute protocol: kazoo, zkCli,
     # ZooKeeper's Java client) on the same tree; empty: off
     zookeeper: str = ""
+    # host:port of a TLS ZooKeeper port beside it (ZooKeeper's secureClientPort), with
+    # the tls_ca/tls_cert/tls_key files and tls_client_certs; empty: off
+    zookeeper_secure: str = ""
     # ZooKeeper's readonlymode.enabled: a node cut off from a quorum serves
     # reads to clients that ask for read-only (their sessions are this node's
     # alone; writes get NotReadOnly; they move when the quorum is back)
@@ -180,7 +183,7 @@ class ServerConfig(BaseModel):
         parse_hostport(value)
         return value
 
-    @field_validator("admin", "zookeeper")
+    @field_validator("admin", "zookeeper", "zookeeper_secure")
     @classmethod
     def _admin_valid(cls, value: str) -> str:
         if value:
@@ -189,19 +192,20 @@ class ServerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _tls_files(self) -> ServerConfig:
-        if self.tls_peer or self.tls_client:
+        if self.tls_peer or self.tls_client or self.zookeeper_secure:
             for name in ("tls_ca", "tls_cert", "tls_key"):
                 path = getattr(self, name)
                 if not path:
                     raise ValueError(
-                        f"field {name!r} is missing; tls_peer/tls_client need a CA, a certificate and a key"
+                        f"field {name!r} is missing; tls_peer/tls_client/zookeeper_secure need a CA, a certificate "
+                        "and a key"
                     )
                 if not os.access(path, os.R_OK):
                     raise ValueError(f"field {name!r} = {path!r}: cannot read the file")
             # a bad file is a config error now, not a failure after recovery
             if problem := tls_files_problem(self.tls_ca, self.tls_cert, self.tls_key):
                 raise ValueError(problem)
-        if self.tls_client_certs != "none" and not self.tls_client:
+        if self.tls_client_certs != "none" and not (self.tls_client or self.zookeeper_secure):
             raise ValueError(f"field 'tls_client_certs' = {self.tls_client_certs!r}: needs tls_client = true")
         if self.auth_tokens_file and not os.access(self.auth_tokens_file, os.R_OK):
             raise ValueError(f"field 'auth_tokens_file' = {self.auth_tokens_file!r}: cannot read the file")
@@ -256,6 +260,10 @@ class ServerConfig(BaseModel):
     @property
     def zookeeper_addr(self) -> tuple[str, int] | None:
         return parse_hostport(self.zookeeper) if self.zookeeper else None
+
+    @property
+    def zookeeper_secure_addr(self) -> tuple[str, int] | None:
+        return parse_hostport(self.zookeeper_secure) if self.zookeeper_secure else None
 
 
 FIELDS = ServerConfig.model_fields

@@ -27,6 +27,7 @@ from zabd.server.client_session import ClientSession
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zk_sessions import ZKSessions
 from zabd.server.zk_words import FOUR_LETTER_WORDS
+from zabd.tls import server_context
 
 # requests this server answers Unimplemented (the connection stays open)
 _UNIMPLEMENTED = (jute.Unknown,)
@@ -181,13 +182,20 @@ def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, statu
                         kick: Callable[[], None], log: Any) -> ZKPort | None:
     """ZooKeeper's client port, if the configuration names one and the server
     holds the tree: it listens when the transport starts."""
-    addr = transport.config.zookeeper_addr
-    if addr is None or sessions is None:
+    cfg = transport.config
+    addr, secure = cfg.zookeeper_addr, cfg.zookeeper_secure_addr
+    if (addr is None and secure is None) or sessions is None:
         return None
-    conf = {k: v for k, v in transport.config.model_dump().items() if k in CONF_FIELDS}
+    conf = {k: v for k, v in cfg.model_dump().items() if k in CONF_FIELDS}
     port = ZKPort(sessions, lambda word: words.answer(word, status(), conf), kick, log)
-    # tls_client covers both client ports (ZooKeeper's secureClientPort)
-    transport.more_ports.append(
-        (lambda: ZKClientLink(transport, port), addr[0], addr[1], transport.client_tls, "zookeeper")
-    )
+    if addr is not None:
+        # tls_client covers both client ports
+        transport.more_ports.append(
+            (lambda: ZKClientLink(transport, port), addr[0], addr[1], transport.client_tls, "zookeeper")
+        )
+    if secure is not None:  # ZooKeeper's secureClientPort, beside a plaintext one
+        ctx = server_context(cfg.tls_ca, cfg.tls_cert, cfg.tls_key, cfg.tls_client_certs)
+        transport.more_ports.append(
+            (lambda: ZKClientLink(transport, port), secure[0], secure[1], ctx, "zookeeper-secure")
+        )
     return port
