@@ -1,14 +1,17 @@
 """``zabd nemesis``: Jepsen-style runs against real servers (root, Linux).
 
     zabd nemesis --nemesis kill,isolate-leader [--nodes 3,5] [--seconds 60] [--interval 5]
-                 [--quiet 5] [--seed 1] [--out out/nemesis]
+                 [--quiet 5] [--seed 1] [--out out/nemesis] [--workload zabd|zk]
 
 Each nemesis runs alone for ``--seconds`` on a fresh cluster of each size, a
 fault every ``--interval`` seconds (lasting that long), then a quiet period;
 ``--nemesis all`` runs every one, ``mixed`` draws a different one each time.
 A table of the results is printed; histories, summaries and (when a history
 is not linearizable) an explanation are written under ``--out``. Exit status
-1 when any run found a problem, 2 for a usage error.
+1 when any run found a problem, 2 for a usage error. ``--workload zk`` drives
+the servers' ZooKeeper ports with kazoo (registers as znodes, sequential
+creates as appends, ephemerals that must go with their sessions) instead of
+zabd's own client port.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--quiet", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="out/nemesis")
+    p.add_argument("--workload", choices=("zabd", "zk"), default="zabd",
+                   help="zabd: zabd's client port (default); zk: kazoo clients on the ZooKeeper port")
     p.add_argument("--no-audit", action="store_true",
                    help="skip `zabd pipeline audit` of the data directories after each run (it needs Spark)")
     args = p.parse_args(argv)
@@ -68,18 +73,20 @@ def main(argv: list[str]) -> int:
     for n in sizes:
         for name in names:
             cfg = RunConfig(name, n, args.seconds, args.interval, args.quiet, seed=args.seed, out=Path(args.out),
-                            audit=not args.no_audit)
-            print(f"== {name}, {n} nodes, {args.seconds:g} s", flush=True)
+                            audit=not args.no_audit, workload=args.workload)
+            print(f"== {name}, {n} nodes, {args.seconds:g} s, workload {args.workload}", flush=True)
             summaries.append(asyncio.run(run(cfg, lambda line: print(line, flush=True))))
+    zk = args.workload == "zk"
     print()
     print("| nemesis | nodes | faults | register ok/fail/unknown | appends ok/fail/unknown | linearizable "
-          "| lost appends | longest gap | logs agree | verify |")
-    print("| --- | ---: | ---: | --- | --- | --- | ---: | ---: | --- | --- |")
+          "| lost appends | longest gap | logs agree | verify |" + (" ephemerals left |" if zk else ""))
+    print("| --- | ---: | ---: | --- | --- | --- | ---: | ---: | --- | --- |" + (" ---: |" if zk else ""))
     for s in summaries:
         r, a = s.register_ops, s.append_ops
         print(f"| {s.nemesis} | {s.nodes} | {s.faults} | {r['ok']}/{r['fail']}/{r['unknown']} | "
               f"{a['ok']}/{a['fail']}/{a['unknown']} | {s.linearizable} | {s.lost_appends} | "
-              f"{s.longest_no_write_s:.1f} s | {s.logs_agree} | {s.verify_ok} |")
+              f"{s.longest_no_write_s:.1f} s | {s.logs_agree} | {s.verify_ok} |"
+              + (f" {s.ephemerals_left} |" if zk else ""))
     for s in summaries:
         for note in s.notes:
             print(f"{s.nemesis} n={s.nodes}: {note}")

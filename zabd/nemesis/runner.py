@@ -4,7 +4,9 @@ quiet period, and the checks.
 
 Workloads, run together: a per-key register (``put``, ``sync`` + ``get``,
 ``cas``) checked for linearizability, and unique appends (raw proposals)
-checked for loss, duplication and order. An operation that fails certainly
+checked for loss, duplication and order. ``workload="zk"`` runs the same
+through kazoo on the servers' ZooKeeper ports instead, with ephemerals that
+must be gone once their sessions end (``zabd.nemesis.zk``). An operation that fails certainly
 (refused before it was proposed) is a failure; one whose fate is unknown
 (timeout, connection or leader lost) is recorded as unknown.
 """
@@ -23,17 +25,21 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from zabd.client import Client, ZabdError
 from zabd.client.spawn import LocalCluster
-from zabd.nemesis.appends import check_appends
+from zabd.nemesis.appends import AppendReport, check_appends
 from zabd.nemesis.faults import ALL, Nemesis
 from zabd.nemesis.history import APPEND, CAS, FAIL, OK, PUT, READ, UNKNOWN, History, Op
 from zabd.nemesis.linearizability import check, write_report
 from zabd.nemesis.netlab import NetLab
 
+if TYPE_CHECKING:
+    from zabd.nemesis.zk import ZkResult, ZkWorkload
+
 APPEND_PREFIX = b"ap-"
+WORKLOADS = ("zabd", "zk")
 
 
 @dataclass(slots=True)
@@ -48,6 +54,7 @@ class RunConfig:
     seed: int = 1
     out: Path = field(default_factory=lambda: Path("out/nemesis"))
     audit: bool = False  # also ``zabd pipeline audit`` of the data directories (Spark)
+    workload: str = "zabd"  # "zabd": zabd's own client port; "zk": kazoo on the ZooKeeper port
 
 
 @dataclass(slots=True)
@@ -65,11 +72,14 @@ class Summary:
     logs_agree: bool
     verify_ok: bool
     notes: list[str]
+    workload: str = "zabd"
+    ephemerals_left: int = 0  # zk: ephemerals still there after their sessions ended (and the wait)
+    ephemerals: str = ""  # zk: what the ephemeral check found
 
     @property
     def ok(self) -> bool:
         return (self.linearizable is True and self.lost_appends == 0 and self.append_problems.startswith("ok")
-                and self.logs_agree and self.verify_ok)
+                and self.logs_agree and self.verify_ok and self.ephemerals_left == 0)
 
 
 class LabCluster:
@@ -260,7 +270,10 @@ def _longest_gap(times: list[int], start: int, end: int) -> float:
 
 
 async def run(cfg: RunConfig, log: Any = print) -> Summary:
-    out = cfg.out / f"{cfg.nemesis}-n{cfg.nodes}"
+    if cfg.workload not in WORKLOADS:
+        raise ValueError(f"workload {cfg.workload!r}: expected one of {', '.join(WORKLOADS)}")
+    zk_run = cfg.workload == "zk"
+    out = cfg.out / (f"{cfg.nemesis}-n{cfg.nodes}" + ("-zk" if zk_run else ""))
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     nemesis: Nemesis = ALL[cfg.nemesis]()
@@ -270,9 +283,18 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
     base = out / "cluster"
     target = LabCluster(cfg.nodes, base, loop_disks=cfg.nemesis in ("slow-disk", "mixed"))
     faults = 0
+    zwork: ZkWorkload | None = None
+    zres: ZkResult | None = None
     try:
         await target.cluster.wait_leader(timeout=60)
-        work = Workload(target.cluster, cfg, history)
+        work: Workload | ZkWorkload
+        if zk_run:
+            from zabd.nemesis.zk import ZkWorkload  # kazoo: only for this workload
+
+            work = zwork = ZkWorkload(target.cluster, cfg.keys, cfg.seed, history)
+            await zwork.setup()
+        else:
+            work = Workload(target.cluster, cfg, history)
         tracker_stop = asyncio.Event()
         tracker = asyncio.create_task(_track_leader(target, tracker_stop))
         tasks = []
@@ -283,6 +305,9 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
                 tasks.append(asyncio.create_task(work.register_client(cid, node)))
             cid += 1
             tasks.append(asyncio.create_task(work.append_client(cid, node)))
+            if zwork is not None:
+                cid += 1
+                tasks.append(asyncio.create_task(zwork.ephemeral_client(cid, node)))
         t_start = time.monotonic_ns()
         deadline = time.monotonic() + cfg.seconds
         while time.monotonic() + 2 * cfg.interval <= deadline:
@@ -300,6 +325,9 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         work.stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
         t_end = time.monotonic_ns()
+        if zwork is not None:
+            await zwork.close()
+            zres = await asyncio.wait_for(zwork.read_back(cfg.nodes, log), 180)
         tracker_stop.set()
         await tracker
         history.save(out / "history.jsonl")
@@ -315,6 +343,9 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         if start > 1:
             notes.append(f"logs compared after {start - 1:#x} (purged below)")
     except BaseException:
+        if zwork is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(zwork.close(), 30)
         target.close()
         raise
     target.stop()
@@ -337,17 +368,44 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
     result = check(register)
     if result.ok is not True:
         write_report(result, out / "linearizability.txt")
-    append_logs = {i: [(z, p) for z, p in log_ if p.startswith(APPEND_PREFIX)] for i, log_ in logs.items()}
-    report = check_appends(appends, append_logs) if start <= 1 else None
-    if report is None:
-        notes.append("appends not checked: part of the log was purged")
+    ephemerals_left, ephemerals = 0, ""
+    report: AppendReport | None
+    if zres is not None and zwork is not None:
+        # the ZooKeeper run: the children of /appends by sequence number are the log
+        from zabd.nemesis.zk import check_zk_appends
+
+        zreport, reordered = check_zk_appends(appends, zres.logs)
+        report = zreport
+        append_problems = zreport.summary()
+        bad = [f"{len(reordered)} reordered"] if reordered else []
+        bad += [f"{len(zres.data_mismatch)} with data not their value"] if zres.data_mismatch else []
+        if bad:
+            append_problems = f"NOT ok: {', '.join(bad)}; {append_problems}"
+        if not append_problems.startswith("ok"):
+            (out / "appends.txt").write_text(zreport.format() + "".join(
+                f"reordered: {x}\n" for x in reordered[:50]) + "".join(f"data: {x}\n" for x in zres.data_mismatch[:50]))
+        ephemerals_left = len({p for paths in zres.left.values() for p in paths})
+        ephemerals = zres.ephemeral_summary()
+        notes.append(f"ephemerals: {ephemerals}")
+        if zwork.end_retries:
+            notes.append("reads at the end tried again: " + ", ".join(
+                f"{k} x{v}" for k, v in sorted(zwork.end_retries.items())))
+        if zwork.errors:
+            notes.append("unexpected errors: " + ", ".join(f"{k} x{v}" for k, v in sorted(zwork.errors.items())))
+    else:
+        append_logs = {i: [(z, p) for z, p in log_ if p.startswith(APPEND_PREFIX)] for i, log_ in logs.items()}
+        report = check_appends(appends, append_logs) if start <= 1 else None
+        append_problems = report.summary() if report else "not checked"
+        if report is None:
+            notes.append("appends not checked: part of the log was purged")
     summary = Summary(
         nemesis=cfg.nemesis, nodes=cfg.nodes, seconds=cfg.seconds, faults=faults,
         register_ops=History.of(register).counts(), append_ops=History.of(appends).counts(),
         linearizable=result.ok, lost_appends=len(report.lost) if report else 0,
-        append_problems=report.summary() if report else "not checked",
+        append_problems=append_problems,
         longest_no_write_s=round(_longest_gap(work.write_oks, t_start, t_end), 2),
         logs_agree=logs_agree, verify_ok=verify_ok, notes=notes,
+        workload=cfg.workload, ephemerals_left=ephemerals_left, ephemerals=ephemerals,
     )
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
     return summary
