@@ -18,3 +18,11 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test,pipeline]'
+# kazoo 2.11's own test suite (tests/server/test_kazoo_suite.py) needs pins that would
+# downgrade this environment (pyOpenSSL<24.3, cryptography<44): a venv of its own that
+# sees the packages installed above
+if [ ! -x .kazoo-venv/bin/python ]; then
+    python3 -m venv --system-site-packages .kazoo-venv
+fi
+.kazoo-venv/bin/python -m pip install -q --disable-pip-version-check "kazoo==2.11.0" pytest-timeout objgraph pyjks \
+    "pyOpenSSL<24.3" "cryptography<44" gevent eventlet pure_sasl

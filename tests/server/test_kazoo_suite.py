@@ -1,0 +1,50 @@
+"""kazoo 2.11.0's own test suite, unmodified, against a zabd cluster.
+
+``scripts/kazoo_suite.sh`` runs ``kazoo/tests`` from the installed wheel with
+``tests/kazoo_suite/plugin.py`` in place of kazoo's Java harness, in the venv
+``scripts/install.sh`` makes (``.kazoo-venv``: the suite pins pyOpenSSL and
+cryptography below what this environment has). Against ZooKeeper 3.8.0 here
+the same suite gives 490 passed, 3 skipped; the acceptance: every test that
+passes against ZooKeeper passes against zabd, except these, each with its
+reason (docs/zookeeper.md):
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_PYTHON = ROOT / ".kazoo-venv" / "bin" / "python"
+# class of kazoo's tests -> why zabd does not pass it (yet)
+EXCEPTED = {
+    "TestReconfig": "dynamic membership is the issue after this one",
+    "TestSASLDigestAuthentication": "SASL is not served (digest auth through addauth is)",
+    "TestLegacySASLDigestAuthentication": "SASL is not served (digest auth through addauth is)",
+}
+
+pytestmark = pytest.mark.skipif(not VENV_PYTHON.exists(), reason="run bash scripts/install.sh (makes .kazoo-venv)")
+
+
+def test_kazoos_own_suite_passes_against_zabd(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
+    env |= {"PYTHON": str(VENV_PYTHON), "KAZOO_SUITE_DIR": str(tmp_path / "servers")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "kazoo_suite.sh"), f"--junitxml={report}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+    assert report.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    passed, failed = 0, []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        if case.find("skipped") is not None:
+            continue
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.append(f"{case.get('classname')}::{case.get('name')}")
+        else:
+            passed += 1
+    unexpected = [f for f in failed if f.split("::")[0].rsplit(".", 1)[-1] not in EXCEPTED]
+    assert not unexpected, "\n".join(unexpected) + "\n" + proc.stdout[-3000:]
+    assert passed >= 480, (passed, failed)
