@@ -139,7 +139,7 @@ def test_read_only_mode_serves_reads_without_a_quorum_and_moves_back(cluster_fac
     for i in (1, 2, 3):
         if i != alone:
             cluster.kill(i)  # SIGKILL: the survivor has no quorum
-    assert four_letter_isro(cluster.zk_addr(alone)) == "ro"
+    until("the survivor knows it has no quorum", lambda: four_letter_isro(cluster.zk_addr(alone)) == "ro")
     zk = KazooClient(hosts=cluster.zk_addr(alone), read_only=True)
     zk.start(timeout=15)
     try:

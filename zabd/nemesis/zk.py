@@ -100,6 +100,16 @@ def new_client(addr: str, timeout: float = SESSION_TIMEOUT) -> Any:
                        connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 1.5, "max_delay": 1.0})
 
 
+
+def _settle(fut: asyncio.Future[Any], ok: bool, result: Any) -> None:
+    """Complete ``fut`` once (later outcomes of the same call are ignored)."""
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(result)
+    else:
+        fut.set_exception(result)
+
 async def call(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
     """``fn``, one of kazoo's ``*_async`` methods, awaited on this loop
     (its callback comes on kazoo's thread). Raises what the server answered,
@@ -108,12 +118,7 @@ async def call(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
     fut: asyncio.Future[Any] = loop.create_future()
 
     def settle(ok: bool, result: Any) -> None:
-        if fut.done():
-            return
-        if ok:
-            fut.set_result(result)
-        else:
-            fut.set_exception(result)
+        _settle(fut, ok, result)
 
     def done(ar: Any) -> None:
         ok = ar.successful()
@@ -136,12 +141,7 @@ async def in_thread(fn: Callable[[], T], timeout: float) -> T:
     fut: asyncio.Future[T] = loop.create_future()
 
     def settle(ok: bool, result: Any) -> None:
-        if fut.done():
-            return
-        if ok:
-            fut.set_result(result)
-        else:
-            fut.set_exception(result)
+        _settle(fut, ok, result)
 
     def run() -> None:
         try:
