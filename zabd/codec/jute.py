@@ -356,24 +356,13 @@ def _multi(r: _Reader, read: bool) -> tuple[tuple[Any, ...], tuple[int, ...]]:
         if t not in allowed:
             kind = "multiRead" if read else "multi"
             raise JuteError(f"opcode {t} in a {kind}")
-        if t in _CREATE_OPS:
-            c = _create(r, t)
-            ops.append(c)
-            types.append(_effective_create_op(t, c.mode))
-            continue
+        op = _DECODERS[t](r)  # the op's record is the one of its own request
+        if isinstance(op, Create):
+            t = _effective_create_op(t, op.mode)
+        elif isinstance(op, (GetData, GetChildren)):
+            op = type(op)(op.path)  # ZooKeeper's Op.getData/getChildren drop the watch flag
+        ops.append(op)
         types.append(t)
-        if t == OP_DELETE:
-            ops.append(Delete(r.text(), r.i32()))
-        elif t == OP_SET_DATA:
-            ops.append(SetData(r.text(), r.buffer(), r.i32()))
-        elif t == OP_CHECK:
-            ops.append(Check(r.text(), r.i32()))
-        elif t == OP_GET_DATA:
-            ops.append(GetData(r.text()))  # ZooKeeper's Op.getData: the watch flag is dropped
-            r.boolean()
-        else:
-            ops.append(GetChildren(r.text()))
-            r.boolean()
 
 
 def _set_watches(r: _Reader, v2: bool) -> SetWatches:
@@ -693,32 +682,17 @@ def _multi_request(w: _Writer, ops: Sequence[object], types: Sequence[int]) -> N
     for i, op in enumerate(ops):
         if isinstance(op, Create):
             t = types[i] if i < len(types) else _effective_create_op(OP_CREATE, op.mode)
-            w.multi_header(t, False, -1)
-            _create_request(w, t, op)
-        elif isinstance(op, Delete):
-            w.multi_header(OP_DELETE, False, -1)
-            w.ustring(op.path)
-            w.i32(op.version)
-        elif isinstance(op, SetData):
-            w.multi_header(OP_SET_DATA, False, -1)
-            w.ustring(op.path)
-            w.buffer(op.data)
-            w.i32(op.version)
-        elif isinstance(op, Check):
-            w.multi_header(OP_CHECK, False, -1)
-            w.ustring(op.path)
-            w.i32(op.version)
-        elif isinstance(op, GetData):
-            w.multi_header(OP_GET_DATA, False, -1)
-            w.ustring(op.path)
-            w.boolean(op.watch)
-        elif isinstance(op, GetChildren):
-            w.multi_header(OP_GET_CHILDREN, False, -1)
-            w.ustring(op.path)
-            w.boolean(op.watch)
+        elif type(op) in _MULTI_OP_CODES:
+            t = _MULTI_OP_CODES[type(op)]
         else:
             raise TypeError(f"{type(op).__name__} cannot be in a multi")
+        w.multi_header(t, False, -1)
+        _request_body(w, t, op, ())  # each op's body is its own request's
     w.multi_header(-1, True, -1)
+
+
+_MULTI_OP_CODES: dict[type, int] = {Delete: OP_DELETE, SetData: OP_SET_DATA, Check: OP_CHECK, GetData: OP_GET_DATA,
+                                     GetChildren: OP_GET_CHILDREN}
 
 
 def _request_body(w: _Writer, op: int, record: object, multi_ops: Sequence[int]) -> None:
