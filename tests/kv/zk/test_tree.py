@@ -873,12 +873,22 @@ def test_restore_refuses_another_format_number_and_truncation() -> None:
     zk = ZK()
     zk.create("/n", b"x")
     snap = zk.tree.snapshot()
-    # the format number is the second byte (after the array header): 2 -> 3
-    assert snap[1] == 2
+    # the format number is the second byte (after the array header): 3 -> 4
+    assert snap[1] == 3
     with pytest.raises(ValueError, match="format"):
-        DataTree.restore(snap[:1] + b"\x03" + snap[2:])
+        DataTree.restore(snap[:1] + b"\x04" + snap[2:])
     with pytest.raises(ValueError):
         DataTree.restore(snap[:-3])
+
+
+def test_restore_takes_a_format_2_snapshot_and_recomputes_its_digest() -> None:
+    # format 2 recorded a BLAKE2b digest: the content is the same, the digest is recomputed
+    zk = ZK()
+    zk.create("/n", b"x")
+    snap = zk.tree.snapshot()
+    tree = DataTree.restore(snap[:1] + b"\x02" + snap[2:])
+    assert tree.digest == zk.tree.digest
+    assert tree.nodes["/n"].data == b"x"
 
 
 def test_snapshot_view_is_copy_on_write() -> None:

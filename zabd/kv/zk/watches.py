@@ -175,8 +175,10 @@ class WatchManager:
     # ---------------------------------------------------------------- firing
 
     def trigger(self, triggers: Iterable[Trigger]) -> list[Event]:
-        out: list[Event] = []
         data, child = self.data, self.child
+        if not (data.by_path or child.by_path):
+            return []  # every write asks: most often nobody watches
+        out: list[Event] = []
         for kind, path in triggers:
             if kind == EventType.NODE_CHILDREN_CHANGED:
                 owners = child.trigger(path) if child.by_path else []
