@@ -51,7 +51,12 @@ TYPE_NAMES = {
 
 
 def encode(kind: int, time_ms: int, session: int, *fields: Any) -> bytes:
-    body: bytes = msgpack.packb([kind, time_ms, session, *fields], use_bin_type=True)
+    return encode_body([kind, time_ms, session, *fields])
+
+
+def encode_body(txn: list[Any]) -> bytes:
+    """``[type, time_ms, session_id, *fields]`` as a txn's payload."""
+    body: bytes = msgpack.packb(txn, use_bin_type=True)
     return ZK_MAGIC + body
 
 

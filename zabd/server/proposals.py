@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
+from functools import lru_cache
 from time import monotonic, time
 from typing import NamedTuple, Protocol
 
@@ -396,8 +397,13 @@ def _zk_prepare(kv: KVMachine, write: wire.ZKWrite) -> Prepared:
     if req is None or not isinstance(req, ZKRequest):
         # as ZooKeeper does: a request it cannot read is an error txn, answered in order
         return Prepared(zk_txn.encode(zk_txn.T_ERROR, now_ms, write.session, int(Code.MARSHALLING_ERROR)), [], [])
-    auth = tuple(Id(scheme, ident) for scheme, ident in write.auth)
-    return kv.zk_leader.prepare(write.session, auth, req, now_ms)
+    return kv.zk_leader.prepare(write.session, _ids(write.auth), req, now_ms)
+
+
+@lru_cache(maxsize=1024)
+def _ids(auth: tuple[tuple[str, str], ...]) -> tuple[Id, ...]:
+    # a connection's ids are the same on each of its writes
+    return tuple(Id(scheme, ident) for scheme, ident in auth)
 
 
 def txn_zxid(txn: Txn) -> int:

@@ -155,14 +155,18 @@ class ZKLeader:
     def prepare(self, session: int, auth: Sequence[Id], req: Write, now_ms: int) -> Prepared:
         t = _Txn(self)
         try:
-            if isinstance(req, Multi):
-                body: list[Any] = [tx.T_MULTI, self._multi(t, session, auth, req)]
+            if type(req) is SetData:  # most writes: ahead of the isinstance chain
+                if not t.session_open(session):
+                    raise ZKError(Code.SESSION_EXPIRED)
+                body: list[Any] = self._set_data(t, auth, req)
+            elif isinstance(req, Multi):
+                body = [tx.T_MULTI, self._multi(t, session, auth, req)]
             else:
                 body = self._write(t, session, auth, req)
         except ZKError as exc:
             return Prepared(tx.encode(tx.T_ERROR, now_ms, session, int(exc.code)), [], [])
-        kind, *fields = body
-        return Prepared(tx.encode(kind, now_ms, session, *fields), list(t.nodes.items()), list(t.sessions.items()))
+        body[1:1] = (now_ms, session)
+        return Prepared(tx.encode_body(body), list(t.nodes.items()), list(t.sessions.items()))
 
     def proposed(self, zxid: int, p: Prepared) -> None:
         order = self._order
@@ -222,15 +226,7 @@ class ZKLeader:
         if isinstance(req, Delete):
             return self._delete(t, auth, req)
         if isinstance(req, SetData):
-            paths.validate(req.path)
-            r = t.rec(req.path)
-            acls.check(r.acl, acls.WRITE, auth, req.path)
-            if req.data is not None and len(req.data) > self.max_data:
-                raise ZKError(Code.BAD_ARGUMENTS, req.path)
-            version = next_version(r.version, req.version, req.path)
-            n = t.nodes[req.path] = r.copy()
-            n.version = version
-            return [tx.T_SET_DATA, req.path, req.data, version]
+            return self._set_data(t, auth, req)
         if isinstance(req, SetACL):
             paths.validate(req.path)
             fixed = acls.fixup(req.path, auth, req.acl)
@@ -252,6 +248,18 @@ class ZKLeader:
         if isinstance(req, CloseSession):
             return self._close_session(t, session)
         raise ZKError(Code.UNIMPLEMENTED)
+
+    def _set_data(self, t: _Txn, auth: Sequence[Id], req: SetData) -> list[Any]:
+        path = req.path
+        paths.validate(path)
+        r = t.rec(path)
+        acls.check(r.acl, acls.WRITE, auth, path)
+        if req.data is not None and len(req.data) > self.max_data:
+            raise ZKError(Code.BAD_ARGUMENTS, path)
+        version = next_version(r.version, req.version, path)
+        n = t.nodes[path] = r.copy()
+        n.version = version
+        return [tx.T_SET_DATA, path, req.data, version]
 
     def _create(self, t: _Txn, session: int, auth: Sequence[Id], req: Create) -> list[Any]:
         mode, path = req.mode, req.path
