@@ -623,3 +623,20 @@ def test_fuzz_arbitrary_bytes(raw: bytes, op: int) -> None:
 def test_fuzz_mutated_frames(seed: tuple[bytes, int], rng_seed: int, op: int | None) -> None:
     raw, seed_op = seed
     decode_everything(mutate(random.Random(rng_seed), raw), seed_op if op is None else op)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["set", "get"]), st.text(max_size=12), st.one_of(st.none(), st.binary(max_size=40)),
+       st.integers(-3, 3), st.integers(0, 60), st.binary(max_size=6), st.booleans())
+def test_hot_path_reads_setdata_and_getdata_as_the_general_reader(
+        op: str, path: str, data: bytes | None, version: int, cut: int, noise: bytes, watch: bool) -> None:
+    # the cursor-less reader of the two commonest requests must agree with the
+    # general one on every body it accepts, cut short or padded
+    record = SetData(path, data, version) if op == "set" else GetData(path, watch)
+    opcode = jute.OP_SET_DATA if op == "set" else jute.OP_GET_DATA
+    body = jute.encode_request(7, opcode, record)[4:]
+    for b in (body, body[: min(cut, len(body))], body + noise, body[:12] + noise):
+        hot = jute._hot(b)
+        if hot is None:
+            continue
+        assert hot == jute._general(b)

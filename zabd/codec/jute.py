@@ -440,8 +440,10 @@ def _hot(body: bytes) -> Request | None:
 def decode_request(body: bytes) -> Request:
     """A RequestHeader and its record; ``Unknown(op)`` for an opcode not served."""
     hot = _hot(body)
-    if hot is not None:
-        return hot
+    return hot if hot is not None else _general(body)
+
+
+def _general(body: bytes) -> Request:
     r = _Reader(body)
     xid, op = r.i32(), r.i32()
     if op == OP_MULTI:
