@@ -65,7 +65,8 @@ def decode(payload: bytes) -> list[Any]:
     if payload[:4] != ZK_MAGIC:
         raise ValueError("not a ZooKeeper txn (no ZK magic)")
     txn = msgpack.unpackb(payload[4:], raw=False, use_list=True)
-    if not isinstance(txn, list) or len(txn) < 3 or not all(isinstance(v, int) for v in txn[:3]):
+    if type(txn) is not list or len(txn) < 3 or not (
+            isinstance(txn[0], int) and isinstance(txn[1], int) and isinstance(txn[2], int)):
         raise ValueError("a ZooKeeper txn is [type, time, session, ...]")
     return txn
 
