@@ -2,9 +2,11 @@
 
 The exposition is ``prometheus_client``'s; the values are read from the
 replica when a scrape comes (a collector), so the hot path pays nothing for
-gauges. Latencies are counted into fixed buckets by :class:`Latency`, which
-costs a bisect per observation and no lock (everything runs on the event
-loop), and are exposed as Prometheus histograms.
+gauges. ZooKeeper's ``mntr`` numbers are exported too, as ``zabd_zk_*``
+(``zabd.server.zk_words.mntr_rows``: one source for both). Latencies are
+counted into fixed buckets by :class:`Latency`, which costs a bisect per
+observation and no lock (everything runs on the event loop), and are
+exposed as Prometheus histograms.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector, CollectorRegistry
+
+from zabd.server.zk_words import COUNTERS, mntr_rows
 
 # seconds: 100 us .. 10 s
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -129,6 +133,20 @@ class ReplicaCollector(Collector):
         for kind, lat in c.requests.items():
             yield lat.family("zabd_request_seconds", "client request latency, arrival to answer", {"kind": kind})
         yield c.fsync.family("zabd_fsync_seconds", "storage flush (write + fdatasync) latency")
+        if "zk" in st:
+            yield from _mntr_families(st)
+
+
+def _mntr_families(st: dict[str, Any]) -> Iterator[Metric]:
+    """Every number of ZooKeeper's ``mntr`` as ``zabd_<its key>``, from the same rows."""
+    for key, value in mntr_rows(st):
+        if isinstance(value, str):
+            continue
+        doc = f"{key} as ZooKeeper's mntr four-letter word shows it (its client port; latencies in ms)"
+        if key in COUNTERS:
+            yield CounterMetricFamily("zabd_" + key, doc, value=value)
+        else:
+            yield GaugeMetricFamily("zabd_" + key, doc, value=float(value))
 
 
 def registry(collector: ReplicaCollector) -> CollectorRegistry:

@@ -102,8 +102,8 @@ class Replica:
         self.admin = AdminServer(self.status, registry(self._collector()), self.log)
         # ZooKeeper sessions live beside the KV store in the same machine
         self.zk, self.keeper = zookeeper_layer(config, self.node, self.machine, self.proposals, self, self.log)
-        self.status.zk = self.zk
         self.zk_port = open_zookeeper_port(self.transport, self.zk, self.status, self._kick, self.log)
+        self.status.zk, self.status.zk_port = self.zk, self.zk_port
         self.clients = ClientService(
             self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth, self.zk
         )
@@ -152,8 +152,7 @@ class Replica:
             self._loop.call_soon_threadsafe(self._die, exc)
 
     def _collector(self) -> ReplicaCollector:
-        dirs = {"log": self.disk.log_dir, "snapshot": self.disk.snap_dir} if self.disk is not None else {}
-        return ReplicaCollector(self.status, self.counters, dirs, __version__)
+        return ReplicaCollector(self.status, self.counters, self.status.dirs, __version__)
 
     def _log_context(self) -> dict[str, Any]:
         node = self.node

@@ -4,20 +4,61 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import resource
 import time
-from typing import Any
+from typing import Any, Protocol
 
+from zabd import __version__
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
+from zabd.kv.zk.tree import DataTree
 from zabd.protocol.node import LEADING, ROLE_NAMES, Node
 from zabd.server.applier import Applier, Watches
 from zabd.server.config import ServerConfig
+from zabd.server.metrics import dir_bytes
 from zabd.server.proposals import ProposalPath
 from zabd.server.roles import PHASE_NAMES, RoleTracker
 from zabd.server.snapshots import Snapshotter
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
 from zabd.storage.base import Storage
+from zabd.storage.disk import DiskStorage
+
+# a tree this small is measured at every status; a larger one at most once a second
+DATA_SIZE_EXACT = 10_000
+
+
+class PortNumbers(Protocol):
+    """ZooKeeper's client port's counters (``zabd.server.zk_port.ZKPort``)."""
+
+    def numbers(self) -> dict[str, int | float]: ...
+
+
+class DataSize:
+    """ZooKeeper's ``approximate_data_size``: every znode's path and data
+    length. A walk of the tree: redone only when the tree changed, and on a
+    large tree at most once a second (the walk is not free)."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, int] = (0, -1)
+        self.at = 0.0
+        self.size = 0
+
+    def __call__(self, tree: DataTree) -> int:
+        key, now = (id(tree), tree.applied), time.monotonic()
+        if key != self.key and (len(tree) <= DATA_SIZE_EXACT or now - self.at >= 1.0):
+            nodes = tree.nodes
+            self.size = sum(map(len, nodes)) + sum(n.data_length for n in nodes.values())
+            self.key, self.at = key, now
+        return self.size
+
+
+def open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
 
 
 class GcTimer:
@@ -82,6 +123,9 @@ class StatusReport:
         self.gc_timer = gc_timer
         self.started = time.monotonic()
         self.zk: Any = None  # the ZooKeeper session layer (zabd.server.zk_sessions), when there is a machine
+        self.zk_port: PortNumbers | None = None  # ZooKeeper's client port, when it is on
+        self.data_size = DataSize()
+        self.dirs = {"log": storage.log_dir, "snapshot": storage.snap_dir} if isinstance(storage, DiskStorage) else {}
 
     def __call__(self) -> dict[str, Any]:
         node = self.node
@@ -89,6 +133,7 @@ class StatusReport:
         st = self.storage.stats
         out: dict[str, Any] = {
             "id": self.config.id,
+            "version": __version__,
             "role": ROLE_NAMES[role],
             "phase": PHASE_NAMES[phase],
             "leader": leader,
@@ -106,6 +151,8 @@ class StatusReport:
             "outstanding": self.proposals.in_flight,
             "followers_synced": len(node.leader_acks) - 1 if node.role == LEADING and node.synced else 0,
             "uptime_s": round(time.monotonic() - self.started, 3),
+            "open_fds": open_fds(),
+            "max_fds": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             "gc_ms": round(self.gc_timer.ns / 1e6, 1),
             "gc_collections": [s["collections"] for s in gc.get_stats()],
             "storage_stats": {"flushes": st.flushes, "syncs": st.syncs, "records_synced": st.records_synced},
@@ -133,5 +180,12 @@ class StatusReport:
                 "digest": f"{tree.digest:016x}",
                 "connections": len(self.zk.conns) if self.zk is not None else 0,
                 "watches": len(self.zk.watches) if self.zk is not None else 0,
+                "data_bytes": self.data_size(tree),
             }
+            if self.zk_port is not None:
+                out["zk"].update(self.zk_port.numbers())
         return out
+
+    def dir_bytes(self) -> dict[str, int]:
+        """Bytes in the log and snapshot directories (ZooKeeper's ``dirs``, ``/metrics``' ``zabd_*_bytes``)."""
+        return {kind: dir_bytes(path) for kind, path in self.dirs.items()}

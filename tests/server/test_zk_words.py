@@ -1,0 +1,158 @@
+"""ZooKeeper's four-letter words on real server processes: the numbers of
+``mntr``, ``srvr``, ``stat`` and ``cons`` are counted (packets, latencies,
+connections), in ZooKeeper 3.8's format, and ``/metrics`` shows the same
+numbers for the same quantities."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+import urllib.request
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from zabd.client.spawn import LocalCluster
+from zabd.codec import jute
+from zabd.kv.zk.records import GetData
+
+Factory = Callable[..., LocalCluster]
+REQUESTS = 60
+
+
+def four_letter(addr: str, word: str) -> str:
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(word.encode())
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+    return out.decode()
+
+
+def mntr(addr: str) -> dict[str, str]:
+    text = four_letter(addr, "mntr")
+    assert text.endswith("\n")
+    rows = [line.split("\t") for line in text.splitlines()]
+    assert all(len(r) == 2 for r in rows), text
+    return dict((k, v) for k, v in rows)
+
+
+def metrics(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        body = r.read().decode()
+    return {s.name: s.value for f in text_string_to_metric_families(body) for s in f.samples}
+
+
+def test_mntr_counts_packets_and_latency_as_metrics_does(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(3, admin=True, storage="disk", extra={"zk_tick_ms": 200})
+    leader = asyncio.run(cluster.wait_leader())
+    node = next(i for i in (1, 2, 3) if i != leader)  # a follower: its writes go to the leader and back
+    zk = KazooClient(hosts=cluster.zk_addr(node), timeout=4.0)
+    zk.start(timeout=15)
+    try:
+        zk.create("/w", b"")
+        zk.create("/w/eph", b"", ephemeral=True)
+        for k in range(REQUESTS // 2):
+            zk.set("/w", str(k).encode())
+            zk.get("/w", watch=lambda event: None)
+        stat = four_letter(cluster.zk_addr(node), "stat")
+        cons = four_letter(cluster.zk_addr(node), "cons")
+        wchs = four_letter(cluster.zk_addr(node), "wchs")
+    finally:
+        zk.stop()
+        zk.close()
+
+    # while the session was open: ZooKeeper's per-connection lines
+    assert stat.startswith("Zookeeper version: 3.8.0-zabd-") and "\nClients:\n /127.0.0.1:" in stat
+    assert re.search(r"\n /127\.0\.0\.1:\d+\[1\]\(queued=0,recved=\d+,sent=\d+\)\n", stat), stat
+    assert "Mode: follower\n" in stat and "Node count: " in stat
+    line = next(ln for ln in cons.splitlines() if ",sid=0x" in ln)
+    m = re.fullmatch(r" /127\.0\.0\.1:\d+\[1\]\(queued=0,recved=(\d+),sent=(\d+),sid=0x[0-9a-f]+,lop=(\w+),"
+                     r"est=\d{13},to=4000,lcxid=0x[0-9a-f]+,lzxid=0x[0-9a-f]+,lresp=\d+,llat=\d+,minlat=\d+,"
+                     r"avglat=\d+,maxlat=\d+\)", line)
+    assert m, line
+    assert int(m.group(1)) >= REQUESTS + 2 and int(m.group(2)) >= REQUESTS + 2 and m.group(3) in ("GETD", "PING")
+    assert re.search(r" /127\.0\.0\.1:\d+\[0\]\(queued=0,recved=1,sent=0\)\n", cons), cons  # the cons connection
+    assert cons.endswith(")\n\n")
+    assert wchs == "1 connections watching 1 paths\nTotal watches:1\n"
+
+    # the load stopped: mntr and /metrics read the same counters
+    words = mntr(cluster.zk_addr(node))
+    exported = metrics(cluster.admin_ports[node])
+    assert words["zk_server_state"] == "follower" and words["zk_peer_state"] == "following - broadcast"
+    assert int(words["zk_packets_received"]) >= REQUESTS + 2
+    assert int(words["zk_packets_sent"]) >= REQUESTS + 2 + REQUESTS // 2 - 1  # answers, and the watches' events
+    assert float(words["zk_avg_latency"]) > 0
+    assert int(words["zk_min_latency"]) <= float(words["zk_avg_latency"]) <= int(words["zk_max_latency"])
+    assert int(words["zk_znode_count"]) >= 3 and int(words["zk_ephemerals_count"]) == 0  # closed with its session
+    assert int(words["zk_approximate_data_size"]) > len("/w/zookeeper")
+    assert int(words["zk_open_file_descriptor_count"]) > 0 and int(words["zk_max_file_descriptor_count"]) > 0
+    assert words["zk_num_alive_connections"] == "1"  # mntr's own, as ZooKeeper counts it
+    for key in ("zk_packets_received", "zk_packets_sent"):
+        assert exported[f"zabd_{key}_total"] == float(words[key]), key
+    for key in ("zk_avg_latency", "zk_min_latency", "zk_max_latency", "zk_outstanding_requests", "zk_znode_count",
+                "zk_watch_count", "zk_ephemerals_count", "zk_approximate_data_size", "zk_global_sessions",
+                "zk_quorum_size"):
+        assert exported[f"zabd_{key}"] == float(words[key]), key
+
+    srvr = four_letter(cluster.zk_addr(node), "srvr")
+    lat = re.search(r"\nLatency min/avg/max: (\d+)/([\d.]+)/(\d+)\nReceived: (\d+)\nSent: (\d+)\n", srvr)
+    assert lat, srvr
+    assert float(lat.group(2)) == float(words["zk_avg_latency"])
+    assert int(lat.group(4)) == int(words["zk_packets_received"]) + 1  # and srvr's own word
+    assert int(lat.group(5)) == int(words["zk_packets_sent"])
+
+    leader_words = mntr(cluster.zk_addr(leader))
+    assert leader_words["zk_server_state"] == "leader" and leader_words["zk_synced_followers"] == "2"
+    assert leader_words["zk_learners"] == "2" and leader_words["zk_quorum_size"] == "3"
+
+    dirs = four_letter(cluster.zk_addr(node), "dirs")
+    sizes = re.fullmatch(r"datadir_size: (\d+)\nlogdir_size: (\d+)\n", dirs)
+    assert sizes and int(sizes.group(2)) > 0, dirs
+    assert float(sizes.group(2)) == metrics(cluster.admin_ports[node])["zabd_log_bytes"]
+
+
+def test_requests_on_a_bare_connection_are_counted(cluster_factory: Factory) -> None:
+    """Every request read is a packet received, every answer one sent; a
+    pipelined batch's latencies count from when it was read."""
+    cluster = cluster_factory(3, extra={"zk_tick_ms": 200})
+    asyncio.run(cluster.wait_leader())
+    addr = cluster.zk_addr(1)
+    before = mntr(addr)
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        reader = jute.FrameReader(1 << 20)
+        batch = b"".join(jute.encode_request(x, jute.OP_GET_DATA, GetData("/zookeeper")) for x in range(1, 41))
+        s.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 10_000, 0, b"", False)) + batch)
+        bodies: list[bytes] = []
+        while len(bodies) < 41:
+            data = s.recv(65536)
+            assert data
+            bodies += reader.feed(data)
+    after = mntr(addr)
+    assert int(after["zk_packets_received"]) - int(before["zk_packets_received"]) == 41 + 1  # + mntr's own word
+    assert int(after["zk_packets_sent"]) - int(before["zk_packets_sent"]) == 41
+
+
+def test_a_node_without_a_quorum_is_not_serving(cluster_factory: Factory) -> None:
+    """As ZooKeeper: the words that need a serving server say it is not."""
+    cluster = cluster_factory(3, extra={"zk_tick_ms": 200})
+    leader = asyncio.run(cluster.wait_leader())
+    alone = next(i for i in (1, 2, 3) if i != leader)
+    for i in (1, 2, 3):
+        if i != alone:
+            cluster.kill(i)
+
+    async def wait_not_serving() -> None:
+        async with asyncio.timeout(30):
+            while four_letter(cluster.zk_addr(alone), "isro") != "null":
+                await asyncio.sleep(0.05)  # polling the node, not a time window
+
+    asyncio.run(wait_not_serving())
+    for word in ("srvr", "stat", "mntr", "cons", "wchs", "dirs", "conf"):
+        assert four_letter(cluster.zk_addr(alone), word) == "This ZooKeeper instance is not currently serving " \
+                                                           "requests\n", word
+    assert four_letter(cluster.zk_addr(alone), "ruok") == "imok"
