@@ -46,8 +46,10 @@ class Applier:
         self._index = 0
         self._list: list[Txn] = []
 
-    def commit_to(self, z: int) -> list[Txn]:
-        """Apply every txn up to ``z`` not applied yet; returns them."""
+    def commit_to(self, z: int, each: Callable[[int], None] | None = None) -> list[Txn]:
+        """Apply every txn up to ``z`` not applied yet; returns them.
+        ``each(zxid)`` runs after each one: what a client asked after that
+        write and before the next is answered from the state between them."""
         self.storage.commit_to(z)
         applied = self.applied
         if z <= applied:
@@ -63,10 +65,13 @@ class Applier:
             j += 1
         new = history[i:j]
         self._index = j
-        self.applied = z
         apply = self.machine.apply
         for txn in new:
             apply(txn)
+            if each is not None:
+                self.applied = txn.zxid
+                each(txn.zxid)
+        self.applied = z
         if self.snapshotter is not None and new:
             self.snapshotter.applied(z, len(new))
         return new

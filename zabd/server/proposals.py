@@ -285,18 +285,23 @@ class ProposalPath:
 
     # ------------------------------------------------------------ completion
 
-    def on_applied(self, z: int) -> None:
-        """Everything up to ``z`` is applied here: answer who waited for it."""
+    def answer_applied(self, z: int) -> None:
+        """The txn ``z`` is applied here: answer who waited for it and what
+        their sessions asked after it, before the next txn changes the state."""
         pending = self.pending
         while pending and pending[0][0] <= z:
             pz, reply = pending.popleft()
             self._succeed(reply, pz)
-        if self.admit:
-            self._drain()
         done = self.committed_elsewhere
         while done and done[0][0] <= z:
             pz, local = done.popleft()
             self._succeed(local, pz)
+
+    def on_applied(self, z: int) -> None:
+        """Everything up to ``z`` is applied here: answer who waited for it."""
+        self.answer_applied(z)
+        if self.admit:
+            self._drain()
 
     def leadership_lost(self) -> None:
         pending, self.pending = self.pending, deque()

@@ -316,7 +316,7 @@ class Replica:
                 self._flush_inline()
             elif self._flush_wanted is not None:
                 self._flush_wanted.set()
-        if self.watches.behind and self.watches.pump():
+        if (self.watches.behind and self.watches.pump()) or self.node.effects:  # pages; writes just admitted
             self._kick()
         self.transport.flush()
 
@@ -358,7 +358,7 @@ class Replica:
     # ------------------------------------------- the pipeline's speaker side
 
     def committed(self, zxid: int) -> None:
-        new = self.applier.commit_to(zxid)
+        new = self.applier.commit_to(zxid, self.proposals.answer_applied)
         self.proposals.on_applied(self.applier.applied)
         self.watches.applied(new)
 
