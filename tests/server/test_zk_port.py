@@ -15,6 +15,7 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
 
+from tests.server.zk_driver import four_letter
 from zabd.client.spawn import LocalCluster
 from zabd.codec import jute
 from zabd.kv.zk.errors import Code
@@ -53,16 +54,6 @@ def kazoo(cluster: LocalCluster) -> Iterator[KazooClient]:
     finally:
         zk.stop()
         zk.close()
-
-
-def four_letter(addr: str, word: str) -> str:
-    host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(word.encode())
-        out = b""
-        while chunk := s.recv(4096):
-            out += chunk
-    return out.decode()
 
 
 def test_znodes_stats_and_errors(kazoo: KazooClient) -> None:

@@ -14,22 +14,13 @@ from collections.abc import Callable
 from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.server.zk_driver import four_letter
 from zabd.client.spawn import LocalCluster
 from zabd.codec import jute
 from zabd.kv.zk.records import GetData
 
 Factory = Callable[..., LocalCluster]
 REQUESTS = 60
-
-
-def four_letter(addr: str, word: str) -> str:
-    host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(word.encode())
-        out = b""
-        while chunk := s.recv(4096):
-            out += chunk
-    return out.decode()
 
 
 def mntr(addr: str) -> dict[str, str]:

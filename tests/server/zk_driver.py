@@ -8,12 +8,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import socket
 from typing import Any
 
 from zabd.codec.framing import FrameReader, frame
 from zabd.codec.zk_msgpack import Request, Result, decode_result, encode_request
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.records import Ping
+
+
+def four_letter(addr: str, word: str) -> str:
+    """A four-letter word's answer from ZooKeeper's port at ``addr`` (it closes after)."""
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(word.encode())
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+    return out.decode()
 
 
 class ZKRefused(Exception):
