@@ -95,6 +95,11 @@ class ClientSession:
                 if head.resolve is None:
                     break
                 head.data = head.resolve()
+            if not head.data and self.hangup:
+                # no answer (its connection ended first): nothing after it may
+                # go either, or the client would read answers out of order
+                slots.clear()
+                break
             out.append(head.data)
             slots.popleft()
         if was_empty and out and self.on_output is not None:

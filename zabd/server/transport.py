@@ -166,6 +166,8 @@ class ClientLink(_Link):
         if self.session.hangup and not self.closed:
             self.close_after_output()
             return []
+        if self.session.reading_paused:
+            self.pace()  # answers are going out: read again once few enough are in flight
         return self.session.take_output()
 
     def data_received(self, data: bytes) -> None:

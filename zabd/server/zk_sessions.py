@@ -263,7 +263,7 @@ class ZKSessions:
     def _read(self, conn: ZKConn, xid: int, req: Read) -> bytes:
         tree = self.machine.zk
         result = serve(tree, req, conn.auth, conn.session)
-        watch = getattr(req, "watch", False)
+        watch = getattr(req, "watch", False) and not conn.io.hangup  # a connection that is ending sets none
         if watch:
             if isinstance(req, Exists) and isinstance(result, ExistsResult):
                 kind = WatchKind.DATA if result.stat is not None else WatchKind.EXIST
@@ -320,6 +320,8 @@ class ZKSessions:
                 err = Code.NO_WATCHER
         elif not self.watches.contains(conn, req.path, req.watcher_type):
             err = Code.NO_WATCHER
+        if conn.io.hangup:  # the connection is ending (hung up before this ran): nothing would drop its watch
+            self.watches.drop(conn)
         return conn.wire.reply(xid, tree.applied, err, OkResult() if err == Code.OK else None)
 
     def _notify(self, fired: list[tuple[Any, EventType, str]], zxid: int) -> None:

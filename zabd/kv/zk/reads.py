@@ -74,7 +74,7 @@ def serve(tree: DataTree, req: Read, auth: Sequence[Id], session: int) -> ReadRe
             return PathsResult(mine)
         if isinstance(req, GetAllChildrenNumber):
             _node(tree, req.path, acls.READ, auth)
-            return CountResult(tree.descendants(req.path))
+            return CountResult(tree.descendants(req.path or "/"))
     except ZKError as exc:
         return ErrorResult(exc.code)
     raise TypeError(f"{req!r} is not a ZooKeeper read")
