@@ -197,6 +197,22 @@ async def test_session_order_and_event_before_later_answers(cluster_factory: Fac
         await watcher.drop()
 
 
+async def test_requests_behind_a_close_session_are_not_served(cluster_factory: Factory) -> None:
+    # zabd's own port as ZooKeeper's: a connection whose session closed reads
+    # nothing more (the jute port's fuzzer found answers after it out of order)
+    cluster = cluster_factory(3, extra=ZK)
+    node = await cluster.wait_leader()
+    d = await ZKDriver.connect(cluster.client_addr(node), ping=False)
+    try:
+        close, read = await asyncio.gather(d.call(CloseSession()), d.call(Exists("/")), return_exceptions=True)
+        assert not isinstance(close, BaseException) and close[1] == Code.OK
+        assert isinstance(read, ConnectionError), read
+        await asyncio.wait_for(d.closed.wait(), 10)
+        assert [kind for kind, _ in d.arrivals] == ["reply", "reply"]  # the connect's and the close's
+    finally:
+        await d.drop()
+
+
 async def test_set_watches_after_a_reconnect_fires_what_was_missed(cluster_factory: Factory) -> None:
     from zabd.kv.zk.records import WATCH_PERSISTENT_RECURSIVE, AddWatch, CheckWatches, RemoveWatches, SetWatches
 

@@ -72,6 +72,10 @@ class ClientService:
         for body in bodies:
             if session.closed:
                 return True
+            if session.hangup:  # its ZooKeeper session ended (closeSession, expiry): it reads no more
+                return False
+            if self.zk is not None and not self.zk.reads_more(session):  # a closeSession's answer is the last
+                return True
             got = fast(body) if session.role == RW else None
             if got is not None and not session.watching:
                 submit(session, got[0], got[1])

@@ -162,6 +162,8 @@ class ZKPort:
         for body in bodies:
             if io.hangup:  # the session layer ended the connection (closeSession, expiry): it reads no more
                 return False
+            if not self.sessions.reads_more(io):  # a closeSession is on its way: its answer is the last
+                return True
             try:
                 r = jute.decode_request(body)
             except jute.JuteError as exc:

@@ -204,6 +204,11 @@ class ZKSessions:
 
     # -------------------------------------------------------------- requests
 
+    def reads_more(self, io: ClientSession) -> bool:
+        """False once the connection's session is closing: as ZooKeeper's, it answers nothing more."""
+        conn = self.conns.get(io)
+        return conn is None or not conn.closing
+
     def request(self, io: ClientSession, xid: int, req: Write | Read | Any) -> bool:
         """One request of a connected client; False: close after the answer."""
         conn = self.conns.get(io)
