@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from zabd import __version__
@@ -352,7 +353,7 @@ class Replica:
                 took = time.monotonic() - t0
                 if self.counters.flushed(took, self.config.slow_fsync_ms):
                     self.log.warning("slow storage flush", took_ms=round(took * 1000, 1))
-                self.pipeline.flushed(target)
+                self._guarded(partial(self.pipeline.flushed, target))  # what waited is said: failing stops the node
                 self._guarded(self._process)  # what the core emitted while we waited
 
     # ------------------------------------------- the pipeline's speaker side
