@@ -136,7 +136,7 @@ class ZKPort:
             wire = self._connect(io, bodies[0], addr)
             if wire is None:
                 return False
-            if not wire.opened:  # a new session: what follows waits for it
+            if not wire.opened and not io.hangup:  # a new session: what follows waits for it
                 self.held[io] = []
                 return self._hold(io, bodies[1:], addr)
             return self._requests(io, wire, bodies[1:], addr)
