@@ -186,7 +186,11 @@ def run_zookeeper(build: Path, args: argparse.Namespace, op: str, base: Path, la
 
 
 def run_zabd(build: Path, args: argparse.Namespace, op: str, base: Path, label: str) -> dict[str, Any]:
-    cluster = LocalCluster(3, storage="disk", fsync=True, base_dir=base / "zabd", log_level="warning")
+    extra: dict[str, Any] = {}
+    for item in args.zabd_set:  # as zabd bench --set: a server config field for every zabd node
+        key, _, value = item.partition("=")
+        extra[key] = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
+    cluster = LocalCluster(3, storage="disk", fsync=True, base_dir=base / "zabd", log_level="warning", extra=extra)
     try:
         cluster.start()
         leader = asyncio.run(cluster.wait_leader(timeout=60))
@@ -304,6 +308,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--systems", default="zookeeper,zabd", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="smoke run: 1 round, 3 s warm-up, 5 s window")
     p.add_argument("--json", type=Path, help="also write the final JSON to this file")
+    p.add_argument("--zabd-set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a zabd server config field (repeatable), e.g. leader_early_propose=true")
     p.add_argument(
         "--build",
         type=Path,
@@ -373,7 +379,7 @@ def main(argv: list[str]) -> int:
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cores": os.cpu_count(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "zabd": {"nodes": 3, "storage": "disk", "fsync": True, "log_level": "warning"},
+        "zabd": {"nodes": 3, "storage": "disk", "fsync": True, "log_level": "warning", "set": args.zabd_set},
         "zookeeper": {"nodes": 3, "version": "3.8.0 (Debian)", "forceSync": "yes", "heap": "1g"},
         "ops": {},
     }
