@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,3 +26,11 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     finally:
         for c in made:
             c.stop()
+
+
+@pytest.fixture
+def zk_cluster(cluster_factory: Callable[..., LocalCluster]) -> LocalCluster:
+    """Three nodes with short ZooKeeper ticks (sessions of 0.4 to 4 s), a leader elected."""
+    c = cluster_factory(3, extra={"zk_tick_ms": 200})
+    asyncio.run(c.wait_leader())
+    return c

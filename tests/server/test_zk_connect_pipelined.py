@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
 
 import pytest
 
@@ -15,15 +14,6 @@ from zabd.client.spawn import LocalCluster
 from zabd.codec import jute
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.records import Create, CreateResult, DataResult, GetData, SetData, StatResult
-
-Factory = Callable[..., LocalCluster]
-
-
-@pytest.fixture
-def cluster(cluster_factory: Factory) -> LocalCluster:
-    c = cluster_factory(3, extra={"zk_tick_ms": 200})
-    asyncio.run(c.wait_leader())
-    return c
 
 
 class Conn:
@@ -77,8 +67,8 @@ def read_three(c: Conn, path: str) -> list[tuple[int, int, int, object | None]]:
 
 
 @pytest.mark.parametrize("node", [1, 2])
-def test_requests_before_the_connect_response_wait_for_the_new_session(cluster: LocalCluster, node: int) -> None:
-    c = Conn(cluster.zk_addr(node))
+def test_requests_before_the_connect_response_wait_for_the_new_session(zk_cluster: LocalCluster, node: int) -> None:
+    c = Conn(zk_cluster.zk_addr(node))
     try:
         c.sock.sendall(connect_and_three(f"/early{node}"))
         _, timeout, session, _, _ = jute.decode_connect_response(c.next_body())
@@ -88,13 +78,13 @@ def test_requests_before_the_connect_response_wait_for_the_new_session(cluster: 
         c.close()
 
 
-def test_requests_before_the_connect_response_of_a_reattach(cluster: LocalCluster) -> None:
-    first = Conn(cluster.zk_addr(1))
+def test_requests_before_the_connect_response_of_a_reattach(zk_cluster: LocalCluster) -> None:
+    first = Conn(zk_cluster.zk_addr(1))
     first.sock.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 10_000, 0, b"", False)))
     _, _, session, password, _ = jute.decode_connect_response(first.next_body())
     first.close()
-    asyncio.run(cluster.wait_caught_up([1, 2, 3]))  # every server knows the session
-    again = Conn(cluster.zk_addr(2))  # the same session, on another server
+    asyncio.run(zk_cluster.wait_caught_up([1, 2, 3]))  # every server knows the session
+    again = Conn(zk_cluster.zk_addr(2))  # the same session, on another server
     try:
         again.sock.sendall(connect_and_three("/moved", session, password))
         _, timeout, got_session, _, _ = jute.decode_connect_response(again.next_body())
@@ -104,10 +94,10 @@ def test_requests_before_the_connect_response_of_a_reattach(cluster: LocalCluste
         again.close()
 
 
-def test_requests_behind_a_refused_connect_are_not_served(cluster: LocalCluster) -> None:
+def test_requests_behind_a_refused_connect_are_not_served(zk_cluster: LocalCluster) -> None:
     """An unknown session: the zero-timeout ConnectResponse, then the
     connection closes; what was pipelined behind it is not done."""
-    c = Conn(cluster.zk_addr(1))
+    c = Conn(zk_cluster.zk_addr(1))
     try:
         c.sock.sendall(connect_and_three("/never", 0x1234, b"\0" * 16))
         _, timeout, _, _, _ = jute.decode_connect_response(c.next_body())
@@ -115,7 +105,7 @@ def test_requests_behind_a_refused_connect_are_not_served(cluster: LocalCluster)
         assert c.closed_by_server() and not c.bodies
     finally:
         c.close()
-    check = Conn(cluster.zk_addr(1))
+    check = Conn(zk_cluster.zk_addr(1))
     try:
         check.sock.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 10_000, 0, b"", False))
                            + jute.encode_request(1, jute.OP_GET_DATA, GetData("/never")))
@@ -125,12 +115,12 @@ def test_requests_behind_a_refused_connect_are_not_served(cluster: LocalCluster)
         check.close()
 
 
-def test_too_much_sent_before_the_connect_response_closes_the_connection(cluster: LocalCluster) -> None:
+def test_too_much_sent_before_the_connect_response_closes_the_connection(zk_cluster: LocalCluster) -> None:
     """Held requests are bounded (zabd.server.zk_port.HELD_FRAMES): beyond
     that the connection closes, with one log line."""
     from zabd.server.zk_port import HELD_FRAMES
 
-    c = Conn(cluster.zk_addr(1))
+    c = Conn(zk_cluster.zk_addr(1))
     try:
         # one write of ~15 KiB: on loopback it arrives in one read, long
         # before the session's proposal commits
@@ -139,13 +129,13 @@ def test_too_much_sent_before_the_connect_response_closes_the_connection(cluster
         assert c.closed_by_server()
     finally:
         c.close()
-    assert "exceed what is held for them; closing the connection" in cluster.log_text(1)
+    assert "exceed what is held for them; closing the connection" in zk_cluster.log_text(1)
 
 
-def test_a_read_pipelined_between_two_writes_sees_only_the_first(cluster: LocalCluster) -> None:
+def test_a_read_pipelined_between_two_writes_sees_only_the_first(zk_cluster: LocalCluster) -> None:
     """ZooKeeper 3.8 answers b"one" here, every time (20 of 20, on a
     standalone server, a follower and a leader)."""
-    c = Conn(cluster.zk_addr(1))
+    c = Conn(zk_cluster.zk_addr(1))
     try:
         c.sock.sendall(connect_and_three("/between"))
         jute.decode_connect_response(c.next_body())

@@ -37,17 +37,8 @@ Factory = Callable[..., LocalCluster]
 
 
 @pytest.fixture
-def cluster(cluster_factory: Factory) -> LocalCluster:
-    c = cluster_factory(3, extra={"zk_tick_ms": 200})
-    import asyncio
-
-    asyncio.run(c.wait_leader())
-    return c
-
-
-@pytest.fixture
-def kazoo(cluster: LocalCluster) -> Iterator[KazooClient]:
-    zk = KazooClient(hosts=cluster.zk_hosts, timeout=4.0)
+def kazoo(zk_cluster: LocalCluster) -> Iterator[KazooClient]:
+    zk = KazooClient(hosts=zk_cluster.zk_hosts, timeout=4.0)
     zk.start(timeout=15)
     try:
         yield zk
@@ -93,7 +84,7 @@ def test_a_request_over_jute_maxbuffer_closes_the_connection(kazoo: KazooClient)
     assert len(kazoo.get("/fits")[0]) == 1_000_000
 
 
-def test_transaction_ephemerals_and_watches(cluster: LocalCluster, kazoo: KazooClient) -> None:
+def test_transaction_ephemerals_and_watches(zk_cluster: LocalCluster, kazoo: KazooClient) -> None:
     tx = kazoo.transaction()
     tx.create("/t", b"")
     tx.create("/t/a", b"1")
@@ -114,7 +105,7 @@ def test_transaction_ephemerals_and_watches(cluster: LocalCluster, kazoo: KazooC
         fired.set()
 
     kazoo.get("/t/a", watch=watch)
-    other = KazooClient(hosts=cluster.zk_addr(2), timeout=4.0)
+    other = KazooClient(hosts=zk_cluster.zk_addr(2), timeout=4.0)
     other.start(timeout=15)
     try:
         other.create("/t/eph", b"", ephemeral=True)
@@ -141,13 +132,13 @@ def test_lock_and_election_recipes(kazoo: KazooClient) -> None:
     assert won == [True]
 
 
-def test_connection_state_and_four_letter_words(cluster: LocalCluster, kazoo: KazooClient) -> None:
+def test_connection_state_and_four_letter_words(zk_cluster: LocalCluster, kazoo: KazooClient) -> None:
     assert kazoo.state == KazooState.CONNECTED
-    assert four_letter(cluster.zk_addr(1), "ruok") == "imok"
-    srvr = four_letter(cluster.zk_addr(1), "srvr")
+    assert four_letter(zk_cluster.zk_addr(1), "ruok") == "imok"
+    srvr = four_letter(zk_cluster.zk_addr(1), "srvr")
     assert "Mode: " in srvr and "Node count: " in srvr
     assert kazoo.server_version()[:2] == (3, 8)
-    mntr = four_letter(cluster.zk_addr(2), "mntr")
+    mntr = four_letter(zk_cluster.zk_addr(2), "mntr")
     assert "zk_znode_count\t" in mntr
 
 
@@ -176,9 +167,9 @@ class RawJute:
         return jute.decode_reply(self.next_body(), op)
 
 
-def test_multi_read_who_am_i_and_an_unknown_opcode(cluster: LocalCluster, kazoo: KazooClient) -> None:
+def test_multi_read_who_am_i_and_an_unknown_opcode(zk_cluster: LocalCluster, kazoo: KazooClient) -> None:
     kazoo.create("/r/a", b"A", makepath=True)
-    raw = RawJute(cluster.zk_addr(1))
+    raw = RawJute(zk_cluster.zk_addr(1))
     try:
         xid, _, err, result = raw.call(jute.XID_AUTH, jute.OP_AUTH, AddAuth("digest", b"alice:secret"))
         assert (xid, err) == (jute.XID_AUTH, 0)
