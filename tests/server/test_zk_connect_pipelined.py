@@ -6,41 +6,14 @@ ConnectResponse."""
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 
+from tests.server.zk_driver import JuteSocket
 from zabd.client.spawn import LocalCluster
 from zabd.codec import jute
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.records import Create, CreateResult, DataResult, GetData, SetData, StatResult
-
-
-class Conn:
-    """A bare socket speaking jute: what is sent is written in one call."""
-
-    def __init__(self, addr: str) -> None:
-        host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.reader = jute.FrameReader(1 << 20)
-        self.bodies: list[bytes] = []
-
-    def next_body(self) -> bytes:
-        while not self.bodies:
-            data = self.sock.recv(65536)
-            assert data, "the server closed the connection"
-            self.bodies += self.reader.feed(data)
-        return self.bodies.pop(0)
-
-    def closed_by_server(self) -> bool:
-        while True:
-            data = self.sock.recv(65536)
-            if not data:
-                return True
-            self.bodies += self.reader.feed(data)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def connect_and_three(path: str, session: int = 0, password: bytes = b"") -> bytes:
@@ -53,7 +26,7 @@ def connect_and_three(path: str, session: int = 0, password: bytes = b"") -> byt
     ))
 
 
-def read_three(c: Conn, path: str) -> list[tuple[int, int, int, object | None]]:
+def read_three(c: JuteSocket, path: str) -> list[tuple[int, int, int, object | None]]:
     """The answers to ``connect_and_three``'s requests: in xid order, each as it should be."""
     replies = [jute.decode_reply(c.next_body(), op) for op in (jute.OP_CREATE, jute.OP_GET_DATA, jute.OP_SET_DATA)]
     assert [r[0] for r in replies] == [1, 2, 3]
@@ -68,7 +41,7 @@ def read_three(c: Conn, path: str) -> list[tuple[int, int, int, object | None]]:
 
 @pytest.mark.parametrize("node", [1, 2])
 def test_requests_before_the_connect_response_wait_for_the_new_session(zk_cluster: LocalCluster, node: int) -> None:
-    c = Conn(zk_cluster.zk_addr(node))
+    c = JuteSocket(zk_cluster.zk_addr(node))
     try:
         c.sock.sendall(connect_and_three(f"/early{node}"))
         _, timeout, session, _, _ = jute.decode_connect_response(c.next_body())
@@ -79,12 +52,12 @@ def test_requests_before_the_connect_response_wait_for_the_new_session(zk_cluste
 
 
 def test_requests_before_the_connect_response_of_a_reattach(zk_cluster: LocalCluster) -> None:
-    first = Conn(zk_cluster.zk_addr(1))
+    first = JuteSocket(zk_cluster.zk_addr(1))
     first.sock.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 10_000, 0, b"", False)))
     _, _, session, password, _ = jute.decode_connect_response(first.next_body())
     first.close()
     asyncio.run(zk_cluster.wait_caught_up([1, 2, 3]))  # every server knows the session
-    again = Conn(zk_cluster.zk_addr(2))  # the same session, on another server
+    again = JuteSocket(zk_cluster.zk_addr(2))  # the same session, on another server
     try:
         again.sock.sendall(connect_and_three("/moved", session, password))
         _, timeout, got_session, _, _ = jute.decode_connect_response(again.next_body())
@@ -97,7 +70,7 @@ def test_requests_before_the_connect_response_of_a_reattach(zk_cluster: LocalClu
 def test_requests_behind_a_refused_connect_are_not_served(zk_cluster: LocalCluster) -> None:
     """An unknown session: the zero-timeout ConnectResponse, then the
     connection closes; what was pipelined behind it is not done."""
-    c = Conn(zk_cluster.zk_addr(1))
+    c = JuteSocket(zk_cluster.zk_addr(1))
     try:
         c.sock.sendall(connect_and_three("/never", 0x1234, b"\0" * 16))
         _, timeout, _, _, _ = jute.decode_connect_response(c.next_body())
@@ -105,7 +78,7 @@ def test_requests_behind_a_refused_connect_are_not_served(zk_cluster: LocalClust
         assert c.closed_by_server() and not c.bodies
     finally:
         c.close()
-    check = Conn(zk_cluster.zk_addr(1))
+    check = JuteSocket(zk_cluster.zk_addr(1))
     try:
         check.sock.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 10_000, 0, b"", False))
                            + jute.encode_request(1, jute.OP_GET_DATA, GetData("/never")))
@@ -120,7 +93,7 @@ def test_too_much_sent_before_the_connect_response_closes_the_connection(zk_clus
     that the connection closes, with one log line."""
     from zabd.server.zk_port import HELD_FRAMES
 
-    c = Conn(zk_cluster.zk_addr(1))
+    c = JuteSocket(zk_cluster.zk_addr(1))
     try:
         # one write of ~15 KiB: on loopback it arrives in one read, long
         # before the session's proposal commits
@@ -135,7 +108,7 @@ def test_too_much_sent_before_the_connect_response_closes_the_connection(zk_clus
 def test_a_read_pipelined_between_two_writes_sees_only_the_first(zk_cluster: LocalCluster) -> None:
     """ZooKeeper 3.8 answers b"one" here, every time (20 of 20, on a
     standalone server, a follower and a leader)."""
-    c = Conn(zk_cluster.zk_addr(1))
+    c = JuteSocket(zk_cluster.zk_addr(1))
     try:
         c.sock.sendall(connect_and_three("/between"))
         jute.decode_connect_response(c.next_body())

@@ -4,7 +4,6 @@ recipes over ZooKeeper's own jute protocol."""
 
 from __future__ import annotations
 
-import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, N
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState
 
-from tests.server.zk_driver import four_letter
+from tests.server.zk_driver import JuteSocket, four_letter
 from zabd.client.spawn import LocalCluster
 from zabd.codec import jute
 from zabd.kv.zk.errors import Code
@@ -142,25 +141,15 @@ def test_connection_state_and_four_letter_words(zk_cluster: LocalCluster, kazoo:
     assert "zk_znode_count\t" in mntr
 
 
-class RawJute:
+class RawJute(JuteSocket):
     """A bare jute client (zabd.codec.jute's client side) for what kazoo
     2.11 has no call for: multiRead, whoAmI, an unknown opcode."""
 
     def __init__(self, addr: str) -> None:
-        host, port = addr.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=10)
-        self.reader = jute.FrameReader(1 << 20)
-        self.bodies: list[bytes] = []
+        super().__init__(addr)
         self.sock.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 10_000, 0, b"", False)))
         _, timeout, self.session, _, _ = jute.decode_connect_response(self.next_body())
         assert timeout > 0 and self.session != 0
-
-    def next_body(self) -> bytes:
-        while not self.bodies:
-            data = self.sock.recv(65536)
-            assert data, "the server closed the connection"
-            self.bodies += self.reader.feed(data)
-        return self.bodies.pop(0)
 
     def call(self, xid: int, op: int, record: object) -> tuple[int, int, int, object | None]:
         self.sock.sendall(jute.encode_request(xid, op, record))

@@ -11,6 +11,7 @@ import itertools
 import socket
 from typing import Any
 
+from zabd.codec import jute
 from zabd.codec.framing import FrameReader, frame
 from zabd.codec.zk_msgpack import Request, Result, decode_result, encode_request
 from zabd.kv.zk.errors import Code
@@ -26,6 +27,33 @@ def four_letter(addr: str, word: str) -> str:
         while chunk := s.recv(4096):
             out += chunk
     return out.decode()
+
+
+class JuteSocket:
+    """A bare socket speaking jute: what is sent is written in one call."""
+
+    def __init__(self, addr: str) -> None:
+        host, port = addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.reader = jute.FrameReader(1 << 20)
+        self.bodies: list[bytes] = []
+
+    def next_body(self) -> bytes:
+        while not self.bodies:
+            data = self.sock.recv(65536)
+            assert data, "the server closed the connection"
+            self.bodies += self.reader.feed(data)
+        return self.bodies.pop(0)
+
+    def closed_by_server(self) -> bool:
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                return True
+            self.bodies += self.reader.feed(data)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class ZKRefused(Exception):
