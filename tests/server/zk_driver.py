@@ -1,7 +1,7 @@
-"""A test-only ZooKeeper client of zabd's session layer, over zabd's client
-port (``zk_connect`` and ``zk`` requests, ``zabd.codec.zk_msgpack``): enough
-to drive real servers' sessions, ephemerals and watches until ZooKeeper's
-own wire has a port."""
+"""Test-only clients of zabd's ZooKeeper layer: ``ZKDriver`` over zabd's own
+client port (``zk_connect`` and ``zk`` requests, ``zabd.codec.zk_msgpack``),
+``JuteSocket`` and ``four_letter`` on ZooKeeper's port, for what kazoo has
+no call for (raw frames, pipelining, four-letter words)."""
 
 from __future__ import annotations
 
