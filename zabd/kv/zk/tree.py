@@ -238,14 +238,17 @@ class DataTree:
         return self._acls.setdefault(acl, acl)
 
     def _hash(self, path: str, node: ZNode) -> int:
-        """The node's share of the digest. CRC-32, as ZooKeeper's own
-        ``DigestCalculator``: it only has to tell replicas apart, and a
-        cryptographic hash of every write's data cost more than the rest of
-        the apply. The high half covers the path, ACL and children count,
-        the low half all of it with the data and stat."""
+        """The share of the digest of a node in the tree."""
         h = self._hashes.get(path)
         if h is not None and h[0] is node:
             return h[1]
+        return self._node_hash(path, node)
+
+    def _node_hash(self, path: str, node: ZNode) -> int:
+        """CRC-32, as ZooKeeper's own ``DigestCalculator``: it only has to
+        tell replicas apart, and a cryptographic hash of every write's data
+        cost more than the rest of the apply. The high half covers the path,
+        ACL and children count, the low half all of it with the data and stat."""
         acl = node.acl
         ab = self._acl_bytes.get(acl)
         if ab is None:
@@ -261,7 +264,7 @@ class DataTree:
         """The hash of a node put in the tree, remembered for its removal (a
         hot znode is set again soon): a node is never changed while it is in
         the tree, so its hash then is still the one it had when placed."""
-        h = self._hash(path, node)
+        h = self._node_hash(path, node)  # a new node: never in the cache
         cache = self._hashes
         if len(cache) >= HASHES_KEPT:
             cache.clear()
