@@ -20,7 +20,7 @@ computes:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from zabd.protocol import zxid as zx
@@ -72,6 +72,12 @@ FOLLOWING = 1
 LEADING = 2
 ROLE_NAMES = ("looking", "following", "leading")
 
+
+def role_name(role: int, observing: bool) -> str:
+    """What a node is, for people: an observer that follows is observing."""
+    return "observing" if observing and role == FOLLOWING else ROLE_NAMES[role]
+
+
 HEARTBEAT_INTERVAL = 50
 SUPPORT_WINDOW = 150
 NO_LEADER = 0
@@ -85,6 +91,9 @@ class Node:
     __slots__ = (
         "id",
         "peers",
+        "observers",
+        "observing",
+        "voters",
         "quorum",
         "seed",
         "options",
@@ -135,13 +144,32 @@ class Node:
         "_taken_transition_at",
     )
 
-    def __init__(self, node_id: int, peers: Sequence[int], seed: int, options: Options = CANONICAL) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        peers: Sequence[int],
+        seed: int,
+        options: Options = CANONICAL,
+        observers: Iterable[int] = (),
+    ) -> None:
+        """``observers``: the ensemble's members that never vote (this node
+        may be one): they follow and hold every txn, but no election, epoch,
+        commit or read barrier counts them, and none of them ever leads."""
         if node_id in peers:
             raise ValueError(f"node {node_id} lists itself among its peers")
+        members = {node_id, *peers}
+        self.observers = frozenset(observers)
+        if not self.observers <= members:
+            raise ValueError(f"observers {sorted(self.observers - members)} are not members of the ensemble")
+        if self.observers >= members:
+            raise ValueError("every member is an observer: nobody can vote")
         self.options = options
         self.id = node_id
         self.peers: tuple[int, ...] = tuple(sorted(peers))
-        self.quorum = (len(self.peers) + 1) // 2 + 1
+        self.observing = node_id in self.observers
+        # the peers whose acknowledgements count (every peer but the observers)
+        self.voters: tuple[int, ...] = tuple(p for p in self.peers if p not in self.observers)
+        self.quorum = (len(members) - len(self.observers)) // 2 + 1
         self.seed = seed
         self.current_epoch = 0
         self.accepted_epoch = 0
@@ -334,7 +362,7 @@ class Node:
     def _leader_tick(self, t: int) -> None:
         last_heard = self.last_heard
         supporters = 1
-        for f in self.peers:
+        for f in self.voters:
             if t - last_heard[f] < SUPPORT_WINDOW:
                 supporters += 1
         if supporters < self.quorum:
@@ -358,7 +386,8 @@ class Node:
                     wake = sent + retry
         need = self.quorum - 1
         if need > 0:
-            heard = sorted(self.last_heard.values(), reverse=True)
+            last_heard = self.last_heard
+            heard = sorted((last_heard[f] for f in self.voters), reverse=True)
             stepdown = heard[need - 1] + SUPPORT_WINDOW
             if stepdown < wake:
                 wake = stepdown
@@ -427,7 +456,8 @@ class Node:
         if self._window:
             self._send(peer, self.sync_info())
         self._send(peer, LookForLeader(self.current_epoch, last, self.accepted_epoch))
-        self._send(peer, Vote(self.current_epoch, last, self.accepted_epoch, self.id))
+        if not self.observing:
+            self._send(peer, Vote(self.current_epoch, last, self.accepted_epoch, self.id))
 
     def send_dropped(self, index: int, peer: int, t: int) -> None:
         """The send at ``index`` of the effects last taken never reached ``peer``.
@@ -462,10 +492,17 @@ class Node:
         if self._window:
             self._broadcast(self.sync_info())
         self._broadcast(LookForLeader(self.current_epoch, last, self.accepted_epoch))
+        if self.observing:
+            return  # it asks who leads (a leader answers); it never votes
         self._broadcast(Vote(self.current_epoch, last, self.accepted_epoch, self.id))
         self._check_election(t)
 
     def _on_look_for_leader(self, v: int, m: LookForLeader, t: int) -> None:
+        if self.observing:
+            return  # who leads is the voters' answer to give
+        if v in self.observers:
+            self._answer_observer(v, t)
+            return
         if self.role == LOOKING:
             voted = self.target[2]
             self._on_vote(v, m.epoch, m.last_zxid, m.accepted, v, t)
@@ -491,7 +528,22 @@ class Node:
             else:
                 self._send(v, NewEpoch(self.pending_epoch))
 
+    def _answer_observer(self, v: int, t: int) -> None:
+        """An observer looks for the leader: a leader takes it in, as any
+        late joiner; nobody counts it as a candidate or a vote."""
+        if self.role != LEADING:
+            return
+        if self.discovered:
+            if self._window:
+                self._send_sync(v, t)
+            else:
+                self._send(v, NewLeader(self.current_epoch, self._history_snapshot()))
+        else:
+            self._send(v, NewEpoch(self.pending_epoch))
+
     def _on_vote_msg(self, v: int, m: Vote, t: int) -> None:
+        if self.observing or v in self.observers:
+            return
         if self.role == LOOKING:
             self._on_vote(v, m.epoch, m.last_zxid, m.accepted, m.leader, t)
 
@@ -612,8 +664,9 @@ class Node:
                 self._send(f, NewLeader(self.current_epoch, self._history_snapshot()))
         elif (m.current_epoch, m.last_zxid) <= (self.current_epoch, self.last_zxid()):
             self.last_heard[f] = t
-            self.epoch_acks.add(f)
-            self._try_finish_discovery(t)
+            if f not in self.observers:
+                self.epoch_acks.add(f)
+                self._try_finish_discovery(t)
 
     def _on_new_leader(self, leader: int, m: NewLeader, t: int) -> None:
         e = m.epoch
@@ -636,7 +689,8 @@ class Node:
         if self.role != LEADING or not self.discovered or m.epoch != self.current_epoch:
             return
         self.last_heard[f] = t
-        self.leader_acks.add(f)
+        if f not in self.observers:
+            self.leader_acks.add(f)
         if self._window:
             sent = self.syncing.pop(f, None)
             if sent is not None:
@@ -683,11 +737,11 @@ class Node:
         self._broadcast(ReadPing(self._read_seq))
 
     def _on_read_ping(self, leader: int, m: ReadPing, t: int) -> None:
-        if self.role == FOLLOWING and self.leader == leader and self.in_sync:
+        if self.role == FOLLOWING and self.leader == leader and self.in_sync and not self.observing:
             self._send(leader, ReadPong(m.seq))
 
     def _on_read_pong(self, f: int, m: ReadPong, t: int) -> None:
-        if self.role != LEADING or not self.barriers:
+        if self.role != LEADING or not self.barriers or f in self.observers:
             return
         self.last_heard[f] = t
         done = []
@@ -730,7 +784,8 @@ class Node:
                 self.history.append(m.txn)
                 self.reset_deadline(t)
                 self.effects.append(AppendTxn(m.txn))
-                self._send(leader, Ack(z))
+                if not self.observing:
+                    self._send(leader, Ack(z))
             elif z > succ:
                 self.start_election(t, "gap in proposals")
 
@@ -739,7 +794,7 @@ class Node:
             return
         self.last_heard[f] = t
         acks = self.ack_set.get(m.zxid)
-        if acks is not None:
+        if acks is not None and f not in self.observers:
             acks.add(f)
             self._try_commit(m.zxid)
 
@@ -752,7 +807,8 @@ class Node:
                 return
             self.reset_deadline(t)
             if z <= self.last_committed:
-                self._send(leader, Ack(last))
+                if not self.observing:
+                    self._send(leader, Ack(last))
             else:
                 self.last_committed = z
                 self.effects.append(CommitTo(z))

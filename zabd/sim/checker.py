@@ -16,6 +16,7 @@ Invariants (the first violation is kept, with tick and node):
 * ``lost-commit``: every txn committed anywhere is in the history of every
   leader established afterwards, and of every established leader of a later
   epoch when the commit happens.
+* ``observer-led``: a node configured as an observer never leads.
 
 The ``record_*`` methods are the checker's input and can be driven directly
 with hand-made histories; :meth:`observe` adapts the core's effects to them.
@@ -57,10 +58,18 @@ class Violation:
 
 
 class SafetyChecker:
-    def __init__(self, reproducer: str = "", history_of: Callable[[Node], Sequence[Txn]] | None = None) -> None:
+    def __init__(
+        self,
+        reproducer: str = "",
+        history_of: Callable[[Node], Sequence[Txn]] | None = None,
+        observers: frozenset[int] = frozenset(),
+    ) -> None:
         """``history_of``: a node's full history, when the core keeps only a
-        window of it (the windowed variant reads it off the node's disk)."""
+        window of it (the windowed variant reads it off the node's disk).
+        ``observers``: the ids configured as observers (from the run's
+        configuration, not from the nodes)."""
         self.reproducer = reproducer
+        self.observers = observers
         self.history_of: Callable[[Node], Sequence[Txn]] = history_of or _in_memory
         self.violation: Violation | None = None
         self.committed: list[Txn] = []  # the global committed sequence
@@ -215,6 +224,8 @@ class SafetyChecker:
                 commit_changed = True
             elif cls is RoleChanged:
                 rc: RoleChanged = eff  # type: ignore[assignment]
+                if rc.role == LEADING and nid in self.observers:
+                    self._fail(tick, nid, "observer-led", f"observer {nid} leads epoch {rc.epoch}")
                 if rc.role == LEADING and rc.phase == PHASE_SYNC:
                     self.record_established(tick, nid, rc.epoch, self.history_of(node))
                 elif rc.role != LEADING:

@@ -10,7 +10,8 @@ as ``faults: SPEC`` so the run replays with ``--faults SPEC``; ``--variant
 server`` runs the protocol variant the server runs (``zabd.protocol.options``;
 not canonical: its digests are not the spec's); ``--workload zk`` proposes
 ZooKeeper requests decided by the leader and applied to a tree on every node
-(``zabd.sim.zk_workload``; not canonical either).
+(``zabd.sim.zk_workload``; not canonical either); ``--observers K`` makes the
+last K nodes observers, members that never vote (not canonical either).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from zabd.sim.simulator import WORKLOADS
 U64_MAX = (1 << 64) - 1
 _DECIMAL = re.compile(r"[0-9]+")
 VALUE_OPTIONS = (
-    "seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults", "variant", "workload"
+    "seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults", "variant", "workload",
+    "observers",
 )
 FLAG_OPTIONS = ("check",)
 REQUIRED = ("seed", "nodes", "rounds", "proposals")
@@ -44,7 +46,7 @@ class HelpRequested(Exception):
 
 HELP = """usage: zabd sim --seed S --nodes N --rounds R --proposals K [--partition s,d,...] [--faults SPEC]
                 [--dump FILE] [--check] [--random-faults COUNT] [--variant canonical|server]
-                [--workload raw|zk]
+                [--workload raw|zk] [--observers K]
 
 Run the deterministic simulator (spec ../shared/spec/canonical-sim.md) and print the
 SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
@@ -63,6 +65,8 @@ SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
   --variant NAME        canonical (default) or server (the server's variant; not the spec's digests)
   --workload NAME       raw (default: zab-N payloads) or zk (ZooKeeper sessions, znodes, multi, ACLs,
                         expiry, a tree per node checked by --check; not the spec's digests)
+  --observers K         the last K nodes are observers: they follow and hold every txn but never
+                        vote or lead (0..N-1; not the spec's digests)
 
 Options are --name value (not --name=value); numbers are plain decimals.
 Usage errors: one line on stderr, nothing on stdout, exit 2."""
@@ -81,6 +85,7 @@ class SimArgs:
     random_faults: int | None
     variant: str
     workload: str
+    observers: int = 0
 
 
 def plain_decimal(name: str, text: str, limit: int = U64_MAX) -> int:
@@ -161,9 +166,12 @@ def parse_args(argv: list[str]) -> SimArgs:
     workload = raw.get("workload", "raw")
     if workload not in WORKLOADS:
         raise UsageError(f"--workload: {workload!r} is not a workload; expected one of {', '.join(WORKLOADS)}")
+    observers = plain_decimal("observers", raw.get("observers", "0"), 255)
+    if observers >= nodes:
+        raise UsageError(f"--observers: {observers} of {nodes} nodes leaves nobody to vote; expected 0..={nodes - 1}")
     return SimArgs(
         seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf, variant,
-        workload,
+        workload, observers,
     )
 
 
@@ -186,7 +194,7 @@ def main(argv: list[str]) -> int:
         print(f"faults: {format_faults(list(faults))}", file=sys.stderr)
     config = SimConfig(
         args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults, VARIANTS[args.variant],
-        args.workload,
+        args.workload, args.observers,
     )
     try:
         result = run_scenario(config, check=args.check, keep_dump=args.dump is not None)

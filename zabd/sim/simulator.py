@@ -40,6 +40,12 @@ class SimConfig:
     faults: tuple[FaultEvent, ...] = ()
     options: Options = CANONICAL  # anything else is not canonical: digests differ from the spec's
     workload: str = "raw"  # "zk": ZooKeeper requests instead of zab-N payloads (zabd.sim.zk_workload)
+    # the last ``observers`` node ids never vote (zabd.protocol.node); not canonical either
+    observers: int = 0
+
+    @property
+    def observer_ids(self) -> frozenset[int]:
+        return frozenset(range(self.nodes - self.observers + 1, self.nodes + 1))
 
     def command(self) -> str:
         """The one-line ``zabd sim`` command that replays this configuration."""
@@ -56,6 +62,8 @@ class SimConfig:
             parts.append(f"--variant {self.options.name}")
         if self.workload != "raw":
             parts.append(f"--workload {self.workload}")
+        if self.observers:
+            parts.append(f"--observers {self.observers}")
         return " ".join(parts)
 
 
@@ -94,7 +102,10 @@ class Simulator:
         self.config = config
         n = config.nodes
         ids = list(range(1, n + 1))
-        self.nodes: list[Node] = [Node(i, [p for p in ids if p != i], config.seed, config.options) for i in ids]
+        observers = config.observer_ids
+        self.nodes: list[Node] = [
+            Node(i, [p for p in ids if p != i], config.seed, config.options, observers) for i in ids
+        ]
         self.up = [True] * (n + 1)
         self.incarnation = [0] * (n + 1)
         self.last_at = [[0] * (n + 1) for _ in range(n + 1)]
