@@ -48,7 +48,7 @@ async def test_health_status_and_metrics(cluster_factory: Factory) -> None:
     ):
         assert name in families, name
     role = {s.labels["role"]: s.value for s in families["zabd_role"].samples}
-    assert role == {"looking": 0.0, "following": 0.0, "leading": 1.0}
+    assert role == {"looking": 0.0, "following": 0.0, "observing": 0.0, "leading": 1.0}
     writes = [s for s in families["zabd_request_seconds"].samples
               if s.name == "zabd_request_seconds_count" and s.labels["kind"] == "write"]
     assert writes and writes[0].value >= 20

@@ -46,6 +46,10 @@ class ServerConfig(BaseModel):
 
     id: int = Field(ge=1, le=255, description="this node's id (1..n)")
     peers: dict[int, str] = Field(description="every node's quorum host:port, this node's included")
+    # ids of peers that are observers (ZooKeeper's observers): they follow the leader, hold
+    # every txn and serve clients, but never vote, never count toward a quorum and never
+    # lead. The same list on every node (env: '4,5').
+    observers: list[int] = Field(default_factory=list)
     client: str = Field(description="client service host:port")
     data_dir: str = "data"
     tick_ms: int = Field(default=10, ge=1, le=10_000)
@@ -225,6 +229,15 @@ class ServerConfig(BaseModel):
             )
         if self.id not in self.peers:
             raise ValueError(f"field 'id' = {self.id}: own id absent from peers; expected one of {sorted(self.peers)}")
+        strangers = sorted(set(self.observers) - set(self.peers))
+        if strangers:
+            raise ValueError(f"field 'observers' = {self.observers}: {strangers} not in peers; expected ids of "
+                             f"{sorted(self.peers)}")
+        if len(set(self.observers)) != len(self.observers):
+            raise ValueError(f"field 'observers' = {self.observers}: an id is listed twice")
+        if set(self.observers) >= set(self.peers):
+            raise ValueError(f"field 'observers' = {self.observers}: every node would be an observer; "
+                             "expected at least one voter")
         client = parse_hostport(self.client)
         taken = (client, *(parse_hostport(a) for a in self.peers.values()))
         if self.admin and parse_hostport(self.admin) in taken:
@@ -276,6 +289,8 @@ def _expected(field: str) -> str:
     ann = info.annotation
     if field == "peers":
         return "a table of node id -> 'host:port' (env: '1=host:port,2=host:port')"
+    if field == "observers":
+        return "a list of node ids (env: '4,5')"
     if ann is int:
         return "an integer"
     if ann is bool:
@@ -298,6 +313,11 @@ def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
         try:
             if field == "peers":
                 out[field] = _parse_env_peers(raw)
+            elif field == "observers":
+                parts = [p.strip() for p in raw.split(",") if p.strip()]
+                if not all(p.isdigit() for p in parts):
+                    raise ValueError
+                out[field] = [int(p) for p in parts]
             elif ann is int:
                 if not raw.strip().isdigit():
                     raise ValueError

@@ -102,7 +102,7 @@ class ReplicaCollector(Collector):
         c = self.counters
         yield InfoMetricFamily("zabd_build", "zabd build", value={"version": self.version, "node": str(st["id"])})
         role = GaugeMetricFamily("zabd_role", "1 for the role this node has now", labels=["role"])
-        for name in ("looking", "following", "leading"):
+        for name in ("looking", "following", "observing", "leading"):
             role.add_metric([name], 1.0 if st["role"] == name else 0.0)
         yield role
         gauges = {

@@ -33,7 +33,7 @@ from zabd.codec import peer as wire
 from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import EXTENDED_TYPES, Message, SyncInfo
-from zabd.protocol.node import FOLLOWING, ROLE_NAMES, Node
+from zabd.protocol.node import FOLLOWING, Node, role_name
 from zabd.protocol.options import for_server
 from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
@@ -66,7 +66,7 @@ class Replica:
         self.machine: StateMachine = machine or NullMachine()
         retry_ticks = max(1, config.sync_retry_ms // config.tick_ms)
         options = for_server(config.history_window, config.diff_limit, retry_ticks)
-        self.node = Node(config.id, config.peer_ids, config.seed, options)
+        self.node = Node(config.id, config.peer_ids, config.seed, options, config.observers)
         self.log = get_logger("zabd.server")
         set_context(self._log_context)
         self.disk = storage if isinstance(storage, DiskStorage) else None
@@ -157,7 +157,7 @@ class Replica:
 
     def _log_context(self) -> dict[str, Any]:
         node = self.node
-        return {"node": self.id, "role": ROLE_NAMES[node.role], "epoch": node.current_epoch,
+        return {"node": self.id, "role": role_name(node.role, node.observing), "epoch": node.current_epoch,
                 "zxid": zx.fmt(node.last_zxid())}
 
     def now(self) -> int:

@@ -13,7 +13,7 @@ from zabd import __version__
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.kv.zk.tree import DataTree
-from zabd.protocol.node import LEADING, ROLE_NAMES, Node
+from zabd.protocol.node import LEADING, Node, role_name
 from zabd.server.applier import Applier, Watches
 from zabd.server.config import ServerConfig
 from zabd.server.metrics import dir_bytes
@@ -134,7 +134,7 @@ class StatusReport:
         out: dict[str, Any] = {
             "id": self.config.id,
             "version": __version__,
-            "role": ROLE_NAMES[role],
+            "role": role_name(role, node.observing),
             "phase": PHASE_NAMES[phase],
             "leader": leader,
             "current_epoch": node.current_epoch,
@@ -142,6 +142,7 @@ class StatusReport:
             "last_zxid": node.last_zxid(),
             "last_committed": self.applier.applied,
             "peers": list(self.config.peer_ids),
+            "observers": list(self.config.observers),
             "peers_connected": sorted(p for p in self.transport.peers if self.transport.connected(p)),
             "storage": self.config.storage,
             "zookeeper_port": self.config.zookeeper or None,  # host:port of ZooKeeper's client port, if on

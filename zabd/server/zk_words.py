@@ -53,6 +53,8 @@ def mode(st: dict[str, Any], read_only: bool = False) -> str | None:
             return "leader" if st.get("peers") else "standalone"  # peers: the other nodes
         if st.get("role") == "following":
             return "follower"
+        if st.get("role") == "observing":
+            return "observer"
     # a node without a quorum: in read-only mode it serves read-only sessions
     return "read-only" if read_only else None
 
@@ -92,7 +94,7 @@ def mntr_rows(st: dict[str, Any], read_only: bool = False) -> list[tuple[str, st
         ("zk_global_sessions", zk.get("sessions", 0)),
         ("zk_local_sessions", 0),
         ("zk_uptime", int(float(st.get("uptime_s", 0)) * 1000)),
-        ("zk_quorum_size", len(st.get("peers", ())) + 1),
+        ("zk_quorum_size", len(st.get("peers", ())) + 1 - len(st.get("observers", ()))),
         ("zk_digest", zk.get("digest", "")),
     ]
     if m == "leader":
