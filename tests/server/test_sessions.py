@@ -17,7 +17,7 @@ from zabd.protocol.messages import AckEpoch, AckLeader, Commit, NewLeader, Txn, 
 from zabd.protocol.node import LEADING, Node
 from zabd.protocol.options import SERVER
 from zabd.server.client_session import MAX_OUTSTANDING, ClientSession
-from zabd.server.peer_session import HandshakeDone, PeerSession, SyncArrived
+from zabd.server.peer_session import HandshakeDone, MembershipRefused, PeerSession, SyncArrived
 from zabd.server.proposals import ProposalPath
 
 MEMBERS = frozenset({1, 2, 3})
@@ -49,6 +49,23 @@ def test_an_accepted_session_needs_a_hello_from_a_lower_member() -> None:
     ):
         with pytest.raises(FrameError, match=why):
             PeerSession(2, MEMBERS, None, 1 << 20, now=0.0).feed(bad, 0.0)
+
+
+def test_nodes_that_disagree_on_the_observers_do_not_link() -> None:
+    """Two nodes with different observer lists would count different quorums:
+    the Hello carries the dialer's list and the acceptor refuses another one."""
+    dialer = PeerSession(1, MEMBERS, 2, 1 << 20, now=0.0, observers=(3,))
+    (hello,) = dialer.take_output(0.0)
+    assert wire.decode_frame(body(hello)) == wire.Hello(wire.WIRE_VERSION, 1, (3,))
+    assert PeerSession(2, MEMBERS, None, 1 << 20, now=0.0, observers=(3,)).feed(hello, 0.0) == [HandshakeDone(1)]
+    for own in ((), (2,), (2, 3)):
+        with pytest.raises(MembershipRefused, match=r"node 1 is configured with observers \[3\]"):
+            PeerSession(2, MEMBERS, None, 1 << 20, now=0.0, observers=own).feed(hello, 0.0)
+    plain = frame((wire.TAG_HELLO, wire.WIRE_VERSION, 1))  # a node without observers
+    with pytest.raises(MembershipRefused, match=r"observers \[\], this node with \[3\]"):
+        PeerSession(2, MEMBERS, None, 1 << 20, now=0.0, observers=(3,)).feed(plain, 0.0)
+    with pytest.raises(FrameError, match="malformed Hello"):  # not a list of node ids
+        PeerSession(2, MEMBERS, None, 1 << 20, now=0.0).feed(frame((wire.TAG_HELLO, wire.WIRE_VERSION, 1, ("x",))), 0)
 
 
 def test_core_messages_and_new_leader_parts() -> None:

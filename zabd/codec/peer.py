@@ -80,6 +80,9 @@ class ZKWrite(NamedTuple):
 class Hello(NamedTuple):
     version: int
     node: int
+    # the ensemble's observers as the dialer is configured (sent only when
+    # there are any: a Hello without them is one from a node without observers)
+    observers: tuple[int, ...] = ()
 
 
 class Forward(NamedTuple):
@@ -311,7 +314,14 @@ def _zk_touch(b: tuple[Any, ...]) -> ZKTouch | None:
 
 
 def _hello(b: tuple[Any, ...]) -> Hello | None:
-    return Hello(b[1], b[2]) if len(b) == 3 and type(b[1]) is int and is_node(b[2]) else None
+    if not (3 <= len(b) <= 4 and type(b[1]) is int and is_node(b[2])):
+        return None
+    if len(b) == 3:
+        return Hello(b[1], b[2])
+    observers = b[3]
+    if type(observers) is not tuple or not all(is_node(o) for o in observers):
+        return None
+    return Hello(b[1], b[2], observers)
 
 
 def _forward(b: tuple[Any, ...]) -> Forward | None:

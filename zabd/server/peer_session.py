@@ -21,6 +21,11 @@ class IdentityRefused(FrameError):
     """With TLS: a Hello naming a node the link's certificate does not name."""
 
 
+class MembershipRefused(FrameError):
+    """A Hello from a node configured with other observers: two nodes that
+    disagree on who votes could each count a different quorum."""
+
+
 class HandshakeDone(NamedTuple):
     """The link now speaks for ``peer``."""
 
@@ -45,9 +50,18 @@ class PeerSession:
     """``peer`` is known from the start on a link this node dialed; on an
     accepted link the first frame must be a Hello from a lower-id member."""
 
-    def __init__(self, own_id: int, members: frozenset[int], peer: int | None, max_frame: int, now: float) -> None:
+    def __init__(
+        self,
+        own_id: int,
+        members: frozenset[int],
+        peer: int | None,
+        max_frame: int,
+        now: float,
+        observers: tuple[int, ...] = (),
+    ) -> None:
         self.own_id = own_id
         self.members = members
+        self.observers = tuple(sorted(observers))
         self.peer = peer
         self.dialed = peer is not None
         self.reader = FrameReader(max_frame)
@@ -62,7 +76,10 @@ class PeerSession:
         # with TLS: why the verified certificate may not speak for a node (None: it may)
         self.identity: Callable[[int], str | None] | None = None
         if self.dialed:
-            self.out.append(frame((wire.TAG_HELLO, wire.WIRE_VERSION, own_id)))
+            hello: tuple[object, ...] = (wire.TAG_HELLO, wire.WIRE_VERSION, own_id)
+            if self.observers:
+                hello += (self.observers,)
+            self.out.append(frame(hello))
 
     # ---------------------------------------------------------------- input
 
@@ -98,6 +115,9 @@ class PeerSession:
         problem = self.identity(got.node) if self.identity is not None else None
         if problem is not None:
             raise IdentityRefused(f"Hello claims node {got.node}, but {problem}")
+        if tuple(sorted(got.observers)) != self.observers:
+            raise MembershipRefused(f"node {got.node} is configured with observers {sorted(got.observers)}, this "
+                                    f"node with {list(self.observers)}; every node needs the same list")
         self.peer = got.node
         return HandshakeDone(got.node)
 

@@ -23,7 +23,7 @@ from zabd.codec.framing import FrameError, no_delay
 from zabd.server.auth import RW
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig
-from zabd.server.peer_session import HandshakeDone, IdentityRefused, PeerEvent, PeerSession
+from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import client_context, describe_error, identity_problem, node_name, server_context
 
@@ -103,7 +103,9 @@ class PeerLink(_Link):
     def __init__(self, net: Transport, peer: int | None) -> None:
         super().__init__(net)
         cfg = net.config
-        self.session = PeerSession(cfg.id, frozenset(cfg.peers), peer, cfg.max_frame, time.monotonic())
+        self.session = PeerSession(
+            cfg.id, frozenset(cfg.peers), peer, cfg.max_frame, time.monotonic(), tuple(cfg.observers)
+        )
         self.session.on_output = lambda: net.mark(self)
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -126,6 +128,10 @@ class PeerLink(_Link):
             events = self.session.feed(data, time.monotonic())
         except IdentityRefused as exc:
             self.net.refusals.refused("peer connection refused: wrong identity", self.addr, str(exc))
+            self.abort()
+            return
+        except MembershipRefused as exc:
+            self.net.refusals.refused("peer connection refused: different observers", self.addr, str(exc))
             self.abort()
             return
         except FrameError as exc:
