@@ -372,6 +372,7 @@ def main(argv: list[str]) -> int:
         "--storage", choices=("memory", "disk"), default="disk", help="with --spawn (default disk, fsync on)"
     )
     p.add_argument("--no-fsync", action="store_true", help="with --spawn --storage disk: fsync = false")
+    p.add_argument("--observers", type=int, default=0, metavar="K", help="with --spawn: the last K nodes never vote")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--window", type=int, default=32, help="outstanding proposals per client")
     p.add_argument("--payload", type=int, default=1024, help="payload bytes")
@@ -411,6 +412,8 @@ def main(argv: list[str]) -> int:
         p.error("--duration must be in (0, 3600] and --warmup in [0, 600] seconds")
     if args.spawn is not None and not 1 <= args.spawn <= 15:
         p.error(f"--spawn {args.spawn}: expected 1..15 nodes")
+    if args.observers and (args.spawn is None or not 0 < args.observers < args.spawn):
+        p.error(f"--observers {args.observers}: only with --spawn N, and 0..N-1 of its nodes")
     if args.tls and args.spawn is None:
         p.error("--tls: only with --spawn (for --servers, give --ca/--cert/--key)")
     if args.spawn is not None and (args.ca or args.cert or args.key or args.token):
@@ -438,6 +441,8 @@ def main(argv: list[str]) -> int:
         for item in args.set:
             key, _, value = item.partition("=")
             extra[key] = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
+        if args.observers:
+            extra["observers"] = list(range(args.spawn - args.observers + 1, args.spawn + 1))
         cluster = LocalCluster(
             args.spawn, storage=args.storage, fsync=not args.no_fsync, log_level="warning", extra=extra, tls=args.tls
         )
