@@ -55,6 +55,10 @@ class SimDisks:
         self.commits = [0] * (nodes + 1)
         self.received: list[tuple[Txn, ...] | None] = [None] * (nodes + 1)
         self.syncs_sent = {"DIFF": 0, "TRUNC": 0, "SNAP": 0}
+        # purges of the batch being carried out: told to the core after its
+        # sends, since a server reads a sync plan's txns in effect order,
+        # before a later effect's snapshot lets the log be purged
+        self.purged_to = [0] * (nodes + 1)
 
     def persist(self, node: Node, effects: list[Effect]) -> None:
         log = self.logs[node.id]
@@ -83,7 +87,11 @@ class SimDisks:
         if len(snaps) > 2:
             del snaps[0]
         # purge: the log is kept for the checker, but the core may no longer read below this
-        node.log_start = max(node.log_start, snaps[0])
+        self.purged_to[node.id] = max(self.purged_to[node.id], snaps[0])
+
+    def purged(self, node: Node) -> None:
+        """The batch's effects are carried out: the core learns of its purges."""
+        node.log_start = max(node.log_start, self.purged_to[node.id])
 
     def sync_message(self, node: Node, e: SendSync) -> Sync | SnapshotTransfer:
         """The Sync a SendSync effect stands for, with the log reads done."""
@@ -95,7 +103,7 @@ class SimDisks:
             j = bisect_right(log, e.read_upto, key=_zxid)
             txns = tuple(log[i:j]) + txns
         self.syncs_sent[("DIFF", "TRUNC", "SNAP")[e.mode]] += 1
-        sync = Sync(e.epoch, e.mode, e.point, txns)
+        sync = Sync(e.epoch, e.mode, e.point, txns, e.membership)
         if e.mode == SNAP:
             return SnapshotTransfer(sync, tuple(log[: bisect_right(log, e.point, key=_zxid)]))
         return sync
