@@ -10,6 +10,7 @@ import random
 import pytest
 
 from zabd.protocol.effects import PHASE_SYNC, RoleChanged
+from zabd.protocol.membership import Membership
 from zabd.protocol.node import FOLLOWING, LEADING, Node
 from zabd.protocol.options import CANONICAL, SERVER
 from zabd.sim import SimConfig, Simulator, parse_faults, random_faults
@@ -85,15 +86,15 @@ def test_a_reproducer_names_the_observers() -> None:
     assert config.command().endswith("--observers 2")
     args = parse_args(config.command().split()[2:])
     assert args.observers == 2
-    with pytest.raises(UsageError, match="leaves nobody to vote"):
+    with pytest.raises(UsageError, match="leave nobody to vote"):
         parse_args(["--seed", "1", "--nodes", "3", "--rounds", "9", "--proposals", "1", "--observers", "3"])
 
 
 def test_the_checker_reports_an_observer_that_leads() -> None:
-    checker = SafetyChecker("repro", observers=frozenset({3}))
+    checker = SafetyChecker("repro", initial=Membership(frozenset({1, 2}), frozenset({3})))
     node = Node(3, [1, 2], 0)
     checker.observe(7, node, [RoleChanged(LEADING, 3, 1, PHASE_SYNC)])
-    assert checker.violation is not None and checker.violation.kind == "observer-led"
+    assert checker.violation is not None and checker.violation.kind == "non-voter-led"
 
 
 def test_a_core_refuses_an_ensemble_of_observers_only() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from zabd.protocol.membership import Membership
 from zabd.protocol.messages import History, Message, Txn
 
 
@@ -55,6 +56,16 @@ class SendSync(NamedTuple):
     read_after: int
     read_upto: int
     txns: History
+    membership: bytes = b""  # SNAP: the membership at ``point`` (its encoding; zabd.protocol.membership)
+
+
+class MembershipChanged(NamedTuple):
+    """The membership in effect here changed (zabd.protocol.membership): the
+    history gained or lost a change. ``zxid``: the change's txn (0: the one
+    the node started with)."""
+
+    membership: Membership
+    zxid: int
 
 
 class InstallSnapshot(NamedTuple):
@@ -101,7 +112,7 @@ class RoleChanged(NamedTuple):
 
 Effect = (
     Send | Broadcast | PersistEpochs | AppendTxn | ReplaceHistory | CommitTo | RoleChanged | SendSync
-    | InstallSnapshot | TruncateAppend | ReadReady | ReadFailed
+    | InstallSnapshot | TruncateAppend | ReadReady | ReadFailed | MembershipChanged
 )
 
 PERSIST_EFFECTS: tuple[type[Effect], ...] = (PersistEpochs, AppendTxn, ReplaceHistory, InstallSnapshot, TruncateAppend)

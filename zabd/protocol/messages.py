@@ -87,6 +87,7 @@ class Sync(NamedTuple):
     mode: int
     point: int
     txns: History
+    membership: bytes = b""  # SNAP: the membership at ``point`` (encoded); b"": the receiver's own
 
 
 class ReadPing(NamedTuple):

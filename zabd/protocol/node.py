@@ -33,6 +33,7 @@ from zabd.protocol.effects import (
     CommitTo,
     Effect,
     InstallSnapshot,
+    MembershipChanged,
     PersistEpochs,
     ReadFailed,
     ReadReady,
@@ -42,6 +43,10 @@ from zabd.protocol.effects import (
     SendSync,
     TruncateAppend,
 )
+from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
+from zabd.protocol.membership import Membership, MembershipError, check_change
+from zabd.protocol.membership import decode as decode_membership
+from zabd.protocol.membership import encode as encode_membership
 from zabd.protocol.messages import (
     DIFF,
     SNAP,
@@ -91,7 +96,11 @@ class Node:
     __slots__ = (
         "id",
         "peers",
-        "observers",
+        "membership",
+        "base_membership",
+        "_changes",
+        "voter_ids",
+        "voting",
         "observing",
         "voters",
         "quorum",
@@ -151,25 +160,31 @@ class Node:
         seed: int,
         options: Options = CANONICAL,
         observers: Iterable[int] = (),
+        membership: Membership | None = None,
     ) -> None:
         """``observers``: the ensemble's members that never vote (this node
         may be one): they follow and hold every txn, but no election, epoch,
-        commit or read barrier counts them, and none of them ever leads."""
+        commit or read barrier counts them, and none of them ever leads.
+        ``membership``: the one to start with instead of ``peers`` and
+        ``observers`` (this node need not be in it: a node to be added later
+        starts outside). It changes with the history (zabd.protocol.membership)."""
         if node_id in peers:
             raise ValueError(f"node {node_id} lists itself among its peers")
-        members = {node_id, *peers}
-        self.observers = frozenset(observers)
-        if not self.observers <= members:
-            raise ValueError(f"observers {sorted(self.observers - members)} are not members of the ensemble")
-        if self.observers >= members:
-            raise ValueError("every member is an observer: nobody can vote")
+        if membership is None:
+            members = {node_id, *peers}
+            observing = frozenset(observers)
+            if not observing <= members:
+                raise ValueError(f"observers {sorted(observing - members)} are not members of the ensemble")
+            if observing >= members:
+                raise ValueError("every member is an observer: nobody can vote")
+            membership = Membership(frozenset(members - observing), observing)
+        elif not membership.voters or membership.voters & membership.observers:
+            raise ValueError(f"not a membership: {membership.describe()}")
         self.options = options
         self.id = node_id
-        self.peers: tuple[int, ...] = tuple(sorted(peers))
-        self.observing = node_id in self.observers
-        # the peers whose acknowledgements count (every peer but the observers)
-        self.voters: tuple[int, ...] = tuple(p for p in self.peers if p not in self.observers)
-        self.quorum = (len(members) - len(self.observers)) // 2 + 1
+        self.base_membership = membership  # in effect at base (all of the history, unwindowed)
+        self._changes: list[tuple[int, Membership]] = []  # changes in the history: (zxid, membership)
+        self._set_membership(membership)
         self.seed = seed
         self.current_epoch = 0
         self.accepted_epoch = 0
@@ -239,10 +254,13 @@ class Node:
         base: int = zx.ZERO,
         below_ends: dict[int, int] | None = None,
         log_start: int = zx.ZERO,
+        base_membership: Membership | None = None,
     ) -> None:
         """Load persistent state recovered from disk (a restarted server).
         Windowed: ``history`` holds the txns after ``base``; ``below_ends``
-        the epoch ends of the log below it, which starts after ``log_start``."""
+        the epoch ends of the log below it, which starts after ``log_start``;
+        ``base_membership`` the membership in effect at ``base`` (default:
+        the one the node was made with)."""
         if accepted_epoch < current_epoch:
             raise ValueError(f"accepted_epoch {accepted_epoch} is below current_epoch {current_epoch}")
         if base > last_committed:
@@ -255,6 +273,10 @@ class Node:
         self.base = base
         self.below_ends = dict(below_ends or {})
         self.log_start = log_start
+        if base_membership is not None:
+            self.base_membership = base_membership
+        self._changes = _scan_changes(self.history)
+        self._take_membership(0)
         self._reset_volatile()
 
     def crash(self) -> None:
@@ -361,7 +383,7 @@ class Node:
 
     def _leader_tick(self, t: int) -> None:
         last_heard = self.last_heard
-        supporters = 1
+        supporters = 1 if self.voting else 0  # a leader removing itself counts only the others
         for f in self.voters:
             if t - last_heard[f] < SUPPORT_WINDOW:
                 supporters += 1
@@ -384,11 +406,14 @@ class Node:
             for sent, _, _ in self.syncing.values():
                 if sent + retry < wake:
                     wake = sent + retry
-        need = self.quorum - 1
+        need = self.quorum - (1 if self.voting else 0)
         if need > 0:
             last_heard = self.last_heard
-            heard = sorted((last_heard[f] for f in self.voters), reverse=True)
-            stepdown = heard[need - 1] + SUPPORT_WINDOW
+            if len(last_heard) == len(self.voters):  # it holds every voter: just them (no observers)
+                heard = sorted(last_heard.values(), reverse=True)
+            else:
+                heard = sorted((last_heard.get(f, 0) for f in self.voters), reverse=True)
+            stepdown = heard[need - 1] + SUPPORT_WINDOW if need <= len(heard) else 0
             if stepdown < wake:
                 wake = stepdown
         self.wake = wake
@@ -500,8 +525,9 @@ class Node:
     def _on_look_for_leader(self, v: int, m: LookForLeader, t: int) -> None:
         if self.observing:
             return  # who leads is the voters' answer to give
-        if v in self.observers:
-            self._answer_observer(v, t)
+        if v not in self.voter_ids:
+            if v in self.membership.observers:
+                self._answer_observer(v, t)
             return
         if self.role == LOOKING:
             voted = self.target[2]
@@ -542,7 +568,7 @@ class Node:
             self._send(v, NewEpoch(self.pending_epoch))
 
     def _on_vote_msg(self, v: int, m: Vote, t: int) -> None:
-        if self.observing or v in self.observers:
+        if self.observing or v not in self.voter_ids:
             return
         if self.role == LOOKING:
             self._on_vote(v, m.epoch, m.last_zxid, m.accepted, m.leader, t)
@@ -561,8 +587,9 @@ class Node:
     def _check_election(self, t: int) -> None:
         target_id = self.target[2]
         votes = 0
-        for voted in self.view.values():
-            if voted == target_id:
+        voter_ids = self.voter_ids
+        for k, voted in self.view.items():
+            if voted == target_id and k in voter_ids:
                 votes += 1
         if votes >= self.quorum:
             if target_id == self.id:
@@ -664,7 +691,7 @@ class Node:
                 self._send(f, NewLeader(self.current_epoch, self._history_snapshot()))
         elif (m.current_epoch, m.last_zxid) <= (self.current_epoch, self.last_zxid()):
             self.last_heard[f] = t
-            if f not in self.observers:
+            if f in self.voter_ids:
                 self.epoch_acks.add(f)
                 self._try_finish_discovery(t)
 
@@ -679,6 +706,8 @@ class Node:
         # History first, then epochs, then the acknowledgement: a quorum-wide
         # crash after AckLeader must find the history on disk (ZOOKEEPER-4643).
         self.effects.append(ReplaceHistory(m.history))
+        self._changes = _scan_changes(self.history)
+        self._take_membership(t)
         self._persist_epochs()
         self._follow(leader, t)
         self.in_sync = True
@@ -689,7 +718,7 @@ class Node:
         if self.role != LEADING or not self.discovered or m.epoch != self.current_epoch:
             return
         self.last_heard[f] = t
-        if f not in self.observers:
+        if f in self.voter_ids:
             self.leader_acks.add(f)
         if self._window:
             sent = self.syncing.pop(f, None)
@@ -710,16 +739,39 @@ class Node:
         """Leader only (Leading and synced): order ``payload``; returns its zxid."""
         if not (self.role == LEADING and self.synced):
             raise NotLeader(f"node {self.id} is not a synced leader")
+        if payload.startswith(MEMBERSHIP_MAGIC):
+            raise ValueError("a payload may not begin like a membership change: use propose_membership")
+        return self._propose(payload, t)
+
+    def propose_membership(self, new: Membership, t: int) -> int:
+        """Leader only: change the membership to ``new`` (one voter more or
+        fewer, any observers; zabd.protocol.membership), once every earlier
+        change is committed. Returns the change's zxid; it is in effect here
+        at once, and on each node as soon as that node holds it."""
+        if not (self.role == LEADING and self.synced):
+            raise NotLeader(f"node {self.id} is not a synced leader")
+        if self._changes and self._changes[-1][0] > self.last_committed:
+            pending = self._changes[-1][0]
+            raise MembershipError(f"the change at {zx.fmt(pending)} is not committed yet; one change at a time")
+        check_change(self.membership, new)
+        return self._propose(encode_membership(new), t)
+
+    def _propose(self, payload: bytes, t: int) -> int:
         self.next_counter += 1
         if self.next_counter > zx.U32_MAX:
             raise zx.CounterOverflow(f"counter {self.next_counter} in epoch {self.current_epoch} does not fit in u32")
         z = (self.current_epoch << 32) | self.next_counter
         txn = Txn(z, payload)
         self.history.append(txn)
-        self.ack_set[z] = {self.id}
+        self.ack_set[z] = {self.id} if self.voting else set()
         self.effects.append(AppendTxn(txn))
         self._broadcast(Propose(txn))
-        self._try_commit(z)
+        if payload.startswith(MEMBERSHIP_MAGIC):
+            before = self.membership
+            self._appended_change(txn, t)
+            for f in sorted(before.members - self.membership.members - {self.id}):
+                self._send(f, Propose(txn))  # a removed member learns it was removed
+        self._try_commit(z, t)
         return z
 
     def read_barrier(self, token: int, t: int) -> None:
@@ -729,11 +781,11 @@ class Node:
         this one lacks; ``ReadFailed(token)`` if leadership ends first."""
         if not (self.role == LEADING and self.synced):
             raise NotLeader(f"node {self.id} is not a synced leader")
-        if self.quorum == 1:
+        if self.quorum == 1 and self.voting:
             self.effects.append(ReadReady(token, self.last_committed))
             return
         self._read_seq += 1
-        self.barriers[self._read_seq] = (token, self.last_committed, {self.id})
+        self.barriers[self._read_seq] = (token, self.last_committed, {self.id} if self.voting else set())
         self._broadcast(ReadPing(self._read_seq))
 
     def _on_read_ping(self, leader: int, m: ReadPing, t: int) -> None:
@@ -741,7 +793,7 @@ class Node:
             self._send(leader, ReadPong(m.seq))
 
     def _on_read_pong(self, f: int, m: ReadPong, t: int) -> None:
-        if self.role != LEADING or not self.barriers or f in self.observers:
+        if self.role != LEADING or not self.barriers or f not in self.voter_ids:
             return
         self.last_heard[f] = t
         done = []
@@ -756,7 +808,7 @@ class Node:
         for seq in done:
             del self.barriers[seq]
 
-    def _try_commit(self, z: int) -> None:
+    def _try_commit(self, z: int, t: int) -> None:
         acks = self.ack_set.get(z)
         if z <= self.last_committed or acks is None or len(acks) < self.quorum:
             return
@@ -775,15 +827,21 @@ class Node:
         self._broadcast(Commit(z))
         if self._window and len(self.history) >= 2 * self._window:
             self._trim()
+        if self._changes and not self.voting and self._changes[-1][0] <= z:
+            # the change that removed this leader from the voters is committed: hand over
+            self.start_election(t, "no longer a voter")
 
     def _on_propose(self, leader: int, m: Propose, t: int) -> None:
         if self.role == FOLLOWING and self.leader == leader and self.in_sync:
-            z = m.txn.zxid
+            txn = m.txn
+            z = txn.zxid
             succ = self.successor()
             if z == succ:
-                self.history.append(m.txn)
+                self.history.append(txn)
                 self.reset_deadline(t)
-                self.effects.append(AppendTxn(m.txn))
+                self.effects.append(AppendTxn(txn))
+                if txn.payload.startswith(MEMBERSHIP_MAGIC):
+                    self._appended_change(txn, t)
                 if not self.observing:
                     self._send(leader, Ack(z))
             elif z > succ:
@@ -794,9 +852,9 @@ class Node:
             return
         self.last_heard[f] = t
         acks = self.ack_set.get(m.zxid)
-        if acks is not None and f not in self.observers:
+        if acks is not None and f in self.voter_ids:
             acks.add(f)
-            self._try_commit(m.zxid)
+            self._try_commit(m.zxid, t)
 
     def _on_commit(self, leader: int, m: Commit, t: int) -> None:
         if self.role == FOLLOWING and self.leader == leader and self.in_sync:
@@ -814,6 +872,10 @@ class Node:
                 self.effects.append(CommitTo(z))
                 if self._window and len(self.history) >= 2 * self._window:
                     self._trim()
+                if self._changes and leader not in self.voter_ids and self._changes[-1][0] <= z:
+                    # the leader's removal is committed: it hands over; elect now
+                    self.leader_lost = True
+                    self.wake = t
 
     # ------------------------------------------ windowed history (server variant)
 
@@ -832,6 +894,9 @@ class Node:
             self.below_ends[end >> 32] = end
         self.base = h[k - 1].zxid
         del h[:k]
+        changes = self._changes
+        while changes and changes[0][0] <= self.base:
+            self.base_membership = changes.pop(0)[1]
 
     def _send_sync(self, f: int, t: int) -> None:
         """NewLeader(current_epoch, history) for ``f``, as a plan: at most one
@@ -858,7 +923,8 @@ class Node:
         # a snapshot of the state at the commit point, then the rest from memory
         lc = self.last_committed
         i = bisect_right(h, lc, key=_txn_zxid)
-        self.effects.append(SendSync(f, self.current_epoch, SNAP, lc, lc, lc, tuple(h[i:])))
+        at_point = encode_membership(self._membership_at(lc))
+        self.effects.append(SendSync(f, self.current_epoch, SNAP, lc, lc, lc, tuple(h[i:]), at_point))
 
     def _retry_syncs(self, t: int) -> None:
         retry = self.options.sync_retry
@@ -892,6 +958,10 @@ class Node:
             self.history = list(m.txns)
             self.effects.append(InstallSnapshot(m.point))
             self.effects.append(TruncateAppend(m.point, m.txns))
+            at_point = decode_membership(m.membership) if m.membership else None
+            if at_point is not None:
+                self.base_membership = at_point
+            self._changes = _scan_changes(self.history)
         else:
             i = bisect_right(h, m.point, key=_txn_zxid)
             holds = m.point == self.base or (i > 0 and h[i - 1].zxid == m.point)
@@ -902,10 +972,15 @@ class Node:
             del h[i:]
             h.extend(m.txns)
             self.effects.append(TruncateAppend(m.point, m.txns))
+            changes = self._changes
+            while changes and changes[-1][0] > m.point:
+                changes.pop()
+            changes.extend(_scan_changes(m.txns))
         self.accepted_epoch = e
         self.epoch_leader = leader
         self.current_epoch = e
         self._persist_epochs()
+        self._take_membership(t)
         self._follow(leader, t)
         self.in_sync = True
         self._announce()
@@ -916,6 +991,68 @@ class Node:
             elif m.point > self.last_committed:
                 self.last_committed = m.point
         self._send(leader, AckLeader(e))
+
+    # ------------------------------------------------------------ membership
+
+    def _set_membership(self, m: Membership) -> None:
+        self.membership = m
+        self.voter_ids = m.voters
+        self.voting = self.id in m.voters
+        # a node that does not vote (an observer, or not a member) only ever
+        # asks who leads, and follows whoever answers
+        self.observing = not self.voting
+        self.peers: tuple[int, ...] = tuple(sorted(m.members - {self.id}))
+        # the peers whose acknowledgements count
+        self.voters: tuple[int, ...] = tuple(sorted(m.voters - {self.id}))
+        self.quorum = m.quorum
+
+    def _membership_at(self, z: int) -> Membership:
+        at = self.base_membership
+        for cz, m in self._changes:
+            if cz > z:
+                break
+            at = m
+        return at
+
+    def _appended_change(self, txn: Txn, t: int) -> None:
+        m = decode_membership(txn.payload)
+        if m is not None:
+            self._changes.append((txn.zxid, m))
+            self._take_membership(t)
+
+    def _take_membership(self, t: int) -> None:
+        """The membership in effect is the last change the history holds."""
+        zxid, m = self._changes[-1] if self._changes else (0, self.base_membership)
+        if m == self.membership:
+            return
+        old = self.membership
+        self._set_membership(m)
+        self.effects.append(MembershipChanged(m, zxid))
+        if self.role == LEADING:
+            self._leader_membership(old, t)
+
+    def _leader_membership(self, old: Membership, t: int) -> None:
+        """Quorums are counted in the new membership from now on; a new member
+        is brought up to date, a removed one forgotten."""
+        voter_ids = self.voter_ids
+        for acks in self.ack_set.values():
+            acks &= voter_ids
+        self.epoch_acks &= voter_ids
+        self.leader_acks &= voter_ids
+        for f in old.members - self.membership.members:
+            self.last_heard.pop(f, None)
+            self.syncing.pop(f, None)
+            self.needs_sync.discard(f)
+        for f in self.membership.members - old.members - {self.id}:
+            self.last_heard[f] = t
+            # synced at the next heartbeat, not in this handler: a commit made
+            # here may let the driver purge the log a plan made now reads from
+            self.needs_sync.add(f)
+        # fewer voters may make a quorum of what was proposed already
+        for z in reversed(self.ack_set):
+            if len(self.ack_set[z]) >= self.quorum:
+                self._try_commit(z, t)
+                break
 
     # --------------------------------------------------------------- dispatch
 
@@ -944,3 +1081,13 @@ _NOTHING = SyncInfo(0, ())
 
 def _txn_zxid(txn: Txn) -> int:
     return txn.zxid
+
+
+def _scan_changes(txns: Sequence[Txn]) -> list[tuple[int, Membership]]:
+    out = []
+    for txn in txns:
+        if txn.payload.startswith(MEMBERSHIP_MAGIC):
+            m = decode_membership(txn.payload)
+            if m is not None:
+                out.append((txn.zxid, m))
+    return out

@@ -16,7 +16,11 @@ Invariants (the first violation is kept, with tick and node):
 * ``lost-commit``: every txn committed anywhere is in the history of every
   leader established afterwards, and of every established leader of a later
   epoch when the commit happens.
-* ``observer-led``: a node configured as an observer never leads.
+* ``non-voter-led``: a node leads only while its history makes it a voter
+  (an observer, or a node outside the membership, never leads).
+* ``membership-rule``: a leader proposes a membership change only once every
+  earlier change it holds is committed, and one that changes at most one
+  voter (zabd.protocol.membership), so consecutive majorities intersect.
 
 The ``record_*`` methods are the checker's input and can be driven directly
 with hand-made histories; :meth:`observe` adapts the core's effects to them.
@@ -40,6 +44,9 @@ from zabd.protocol.effects import (
     Send,
     TruncateAppend,
 )
+from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
+from zabd.protocol.membership import Membership, MembershipError, check_change
+from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import LEADING, Node
 from zabd.protocol.window import txn_zxid
@@ -62,14 +69,14 @@ class SafetyChecker:
         self,
         reproducer: str = "",
         history_of: Callable[[Node], Sequence[Txn]] | None = None,
-        observers: frozenset[int] = frozenset(),
+        initial: Membership | None = None,
     ) -> None:
         """``history_of``: a node's full history, when the core keeps only a
         window of it (the windowed variant reads it off the node's disk).
-        ``observers``: the ids configured as observers (from the run's
-        configuration, not from the nodes)."""
+        ``initial``: the membership the run started with (from its
+        configuration, not from the nodes); None: every node votes."""
         self.reproducer = reproducer
-        self.observers = observers
+        self.initial = initial
         self.history_of: Callable[[Node], Sequence[Txn]] = history_of or _in_memory
         self.violation: Violation | None = None
         self.committed: list[Txn] = []  # the global committed sequence
@@ -217,15 +224,21 @@ class SafetyChecker:
             if cls is AppendTxn:
                 history_changed = True
                 if node.role == LEADING:
-                    self.record_proposal(tick, nid, eff.txn)  # type: ignore[union-attr]
+                    txn: Txn = eff.txn  # type: ignore[union-attr]
+                    self.record_proposal(tick, nid, txn)
+                    if txn.payload.startswith(MEMBERSHIP_MAGIC):
+                        self._check_change(tick, node, txn)
             elif cls is ReplaceHistory or cls is TruncateAppend or cls is InstallSnapshot:
                 history_changed = replaced = commit_changed = True
             elif cls is CommitTo:
                 commit_changed = True
             elif cls is RoleChanged:
                 rc: RoleChanged = eff  # type: ignore[assignment]
-                if rc.role == LEADING and nid in self.observers:
-                    self._fail(tick, nid, "observer-led", f"observer {nid} leads epoch {rc.epoch}")
+                if rc.role == LEADING and self.initial is not None:
+                    held = self.history_of(node)
+                    at = self._membership(held, len(held))[0]
+                    if nid not in at.voters:
+                        self._fail(tick, nid, "non-voter-led", f"node {nid} leads epoch {rc.epoch}: {at.describe()}")
                 if rc.role == LEADING and rc.phase == PHASE_SYNC:
                     self.record_established(tick, nid, rc.epoch, self.history_of(node))
                 elif rc.role != LEADING:
@@ -234,6 +247,34 @@ class SafetyChecker:
             self.record_history(tick, nid, self.history_of(node), replaced)
         if commit_changed:
             self.record_commit(tick, nid, node.last_committed, self.history_of(node))
+
+    def _membership(self, history: Sequence[Txn], end: int) -> tuple[Membership, int]:
+        """The membership the first ``end`` txns of a history set, and the
+        zxid of the change that set it (0: the initial one)."""
+        for i in range(end - 1, -1, -1):
+            txn = history[i]
+            if txn.payload.startswith(MEMBERSHIP_MAGIC):
+                m = decode_membership(txn.payload)
+                if m is not None:
+                    return m, txn.zxid
+        assert self.initial is not None
+        return self.initial, 0
+
+    def _check_change(self, tick: int, node: Node, txn: Txn) -> None:
+        new = decode_membership(txn.payload)
+        if new is None or self.initial is None:
+            return
+        history = self.history_of(node)
+        i = bisect_left(history, txn.zxid, key=txn_zxid)
+        before, at = self._membership(history, i)
+        if at > node.last_committed:
+            what = f"change at {zx.fmt(txn.zxid)} proposed before the change at {zx.fmt(at)} committed"
+            self._fail(tick, node.id, "membership-rule", what)
+            return
+        try:
+            check_change(before, new)
+        except MembershipError as exc:
+            self._fail(tick, node.id, "membership-rule", f"change at {zx.fmt(txn.zxid)}: {exc}")
 
     def record_window(self, tick: int, node: int, problem: str) -> None:
         """The windowed variant: a node's in-memory window is not its log's tail."""

@@ -11,7 +11,10 @@ server`` runs the protocol variant the server runs (``zabd.protocol.options``;
 not canonical: its digests are not the spec's); ``--workload zk`` proposes
 ZooKeeper requests decided by the leader and applied to a tree on every node
 (``zabd.sim.zk_workload``; not canonical either); ``--observers K`` makes the
-last K nodes observers, members that never vote (not canonical either).
+last K nodes observers, members that never vote, and ``--spares S`` starts
+the last S nodes outside the ensemble; ``add:N@T``, ``observe:N@T`` and
+``remove:N@T`` in ``--faults`` ask the leader for membership changes, and
+``--random-changes COUNT`` draws some from the seed (not canonical either).
 """
 
 from __future__ import annotations
@@ -22,14 +25,22 @@ from dataclasses import dataclass
 
 from zabd.protocol.options import VARIANTS
 from zabd.protocol.zxid import CounterOverflow
-from zabd.sim.faults import FaultEvent, FaultSpecError, format_faults, parse_faults, random_faults
+from zabd.sim.faults import (
+    Cut,
+    FaultEvent,
+    FaultSpecError,
+    format_faults,
+    parse_faults,
+    random_changes,
+    random_faults,
+)
 from zabd.sim.simulator import WORKLOADS
 
 U64_MAX = (1 << 64) - 1
 _DECIMAL = re.compile(r"[0-9]+")
 VALUE_OPTIONS = (
     "seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults", "variant", "workload",
-    "observers",
+    "observers", "spares", "random-changes",
 )
 FLAG_OPTIONS = ("check",)
 REQUIRED = ("seed", "nodes", "rounds", "proposals")
@@ -46,7 +57,7 @@ class HelpRequested(Exception):
 
 HELP = """usage: zabd sim --seed S --nodes N --rounds R --proposals K [--partition s,d,...] [--faults SPEC]
                 [--dump FILE] [--check] [--random-faults COUNT] [--variant canonical|server]
-                [--workload raw|zk] [--observers K]
+                [--workload raw|zk] [--observers K] [--spares S] [--random-changes COUNT]
 
 Run the deterministic simulator (spec ../shared/spec/canonical-sim.md) and print the
 SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
@@ -67,6 +78,9 @@ SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
                         expiry, a tree per node checked by --check; not the spec's digests)
   --observers K         the last K nodes are observers: they follow and hold every txn but never
                         vote or lead (0..N-1; not the spec's digests)
+  --spares S            the last S nodes start outside the ensemble (not the spec's digests)
+  --random-changes COUNT draw membership changes (add:N@T, observe:N@T, remove:N@T, as in
+                        --faults) from the seed, printed on stderr as changes: SPEC
 
 Options are --name value (not --name=value); numbers are plain decimals.
 Usage errors: one line on stderr, nothing on stdout, exit 2."""
@@ -86,6 +100,8 @@ class SimArgs:
     variant: str
     workload: str
     observers: int = 0
+    spares: int = 0
+    random_changes: int | None = None
 
 
 def plain_decimal(name: str, text: str, limit: int = U64_MAX) -> int:
@@ -167,11 +183,14 @@ def parse_args(argv: list[str]) -> SimArgs:
     if workload not in WORKLOADS:
         raise UsageError(f"--workload: {workload!r} is not a workload; expected one of {', '.join(WORKLOADS)}")
     observers = plain_decimal("observers", raw.get("observers", "0"), 255)
-    if observers >= nodes:
-        raise UsageError(f"--observers: {observers} of {nodes} nodes leaves nobody to vote; expected 0..={nodes - 1}")
+    spares = plain_decimal("spares", raw.get("spares", "0"), 255)
+    if observers + spares >= nodes:
+        raise UsageError(f"--observers {observers} and --spares {spares} of {nodes} nodes leave nobody to vote; "
+                         f"expected at most {nodes - 1} together")
+    rc = plain_decimal("random-changes", raw["random-changes"], 10_000) if "random-changes" in raw else None
     return SimArgs(
         seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf, variant,
-        workload, observers,
+        workload, observers, spares, rc,
     )
 
 
@@ -192,9 +211,13 @@ def main(argv: list[str]) -> int:
     if args.random_faults is not None:
         faults = tuple(random_faults(args.seed, args.nodes, args.rounds, args.random_faults))
         print(f"faults: {format_faults(list(faults))}", file=sys.stderr)
+    if args.random_changes is not None:
+        changes = random_changes(args.seed, args.nodes, args.rounds, args.random_changes)
+        print(f"changes: {format_faults(list(changes))}", file=sys.stderr)
+        faults = tuple(sorted((*faults, *changes), key=lambda e: e.start if isinstance(e, Cut) else e.at))
     config = SimConfig(
         args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults, VARIANTS[args.variant],
-        args.workload, args.observers,
+        args.workload, args.observers, args.spares,
     )
     try:
         result = run_scenario(config, check=args.check, keep_dump=args.dump is not None)

@@ -45,10 +45,27 @@ class Cut:
         return f"cut:{self.src}{'-' if self.both else '>'}{self.dst}@{self.start}-{self.end}"
 
 
-FaultEvent = Crash | Restart | Cut
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A membership change the leader is asked for at ``at`` (not in the spec):
+    ``add`` makes ``node`` a voter, ``observe`` an observer, ``remove`` takes
+    it out. Skipped when nobody leads or the rules refuse it (one voter at a
+    time, one change at a time: zabd.protocol.membership)."""
+
+    kind: str  # add | observe | remove
+    node: int
+    at: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.node}@{self.at}"
+
+
+FaultEvent = Crash | Restart | Cut | Change
+CHANGE_KINDS = ("add", "observe", "remove")
 
 _DEC = r"([0-9]+)"
 _NODE_EVENT = re.compile(rf"(crash|restart):{_DEC}@{_DEC}")
+_CHANGE_EVENT = re.compile(rf"(add|observe|remove):{_DEC}@{_DEC}")
 # ``to`` is ``>`` spelled so that no shell needs quotes around it (beyond the
 # spec; it parses to the same Cut, so digests do not change)
 _CUT_EVENT = re.compile(rf"cut:{_DEC}(>|-|to){_DEC}@{_DEC}-{_DEC}")
@@ -80,6 +97,10 @@ def parse_faults(spec: str, nodes: int) -> list[FaultEvent]:
             at = _number(m.group(3), "tick", U64_MAX)
             events.append(Crash(node, at) if m.group(1) == "crash" else Restart(node, at))
             continue
+        m = _CHANGE_EVENT.fullmatch(item)
+        if m:
+            events.append(Change(m.group(1), _node_id(m.group(2), nodes), _number(m.group(3), "tick", U64_MAX)))
+            continue
         m = _CUT_EVENT.fullmatch(item)
         if m:
             src = _node_id(m.group(1), nodes)
@@ -93,7 +114,8 @@ def parse_faults(spec: str, nodes: int) -> list[FaultEvent]:
             events.append(Cut(src, dst, start, end, m.group(2) == "-"))
             continue
         raise FaultSpecError(
-            f"fault event {item!r} is not crash:N@T, restart:N@T, cut:S>D@T1-T2 (or cut:StoD@T1-T2) or cut:S-D@T1-T2"
+            f"fault event {item!r} is not crash:N@T, restart:N@T, cut:S>D@T1-T2 (or cut:StoD@T1-T2), cut:S-D@T1-T2, "
+            "add:N@T, observe:N@T or remove:N@T"
         )
     check_up_down(events, nodes)
     return events
@@ -101,7 +123,7 @@ def parse_faults(spec: str, nodes: int) -> list[FaultEvent]:
 
 def node_events_in_order(events: list[FaultEvent]) -> list[Crash | Restart]:
     """Crash/restart events by tick, equal ticks in listed order (stable sort)."""
-    node_events = [e for e in events if not isinstance(e, Cut)]
+    node_events = [e for e in events if isinstance(e, (Crash, Restart))]
     return sorted(node_events, key=lambda e: e.at)
 
 
@@ -192,3 +214,12 @@ def random_faults(seed: int, nodes: int, rounds: int, count: int, max_down: int 
     events = [e for _, _, e in timed]
     check_up_down(events, nodes)
     return events
+
+
+def random_changes(seed: int, nodes: int, rounds: int, count: int) -> list[Change]:
+    """A seeded schedule of ``count`` membership changes within ``rounds``
+    (any node, any kind: the simulator skips what the rules refuse)."""
+    rng = _Rng(seed ^ 0xC0F16)
+    span = max(rounds, 1)
+    changes = [Change(CHANGE_KINDS[rng.below(3)], 1 + rng.below(nodes), rng.below(span)) for _ in range(count)]
+    return sorted(changes, key=lambda c: c.at)

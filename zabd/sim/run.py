@@ -118,7 +118,7 @@ def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False)
     disks = sim.disks
     if check:
         history_of = (lambda node: disks.logs[node.id]) if disks is not None else None
-        checker = SafetyChecker(config.command() + " --check", history_of, config.observer_ids)
+        checker = SafetyChecker(config.command() + " --check", history_of, config.initial_membership())
     nodes = sim.run()
     if checker is not None and sim.window_problem is not None:
         checker.record_window(*sim.window_problem)

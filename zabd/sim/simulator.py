@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send, SendSync
+from zabd.protocol.membership import Membership, MembershipError
 from zabd.protocol.messages import Message, Txn
-from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node
+from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node, NotLeader
 from zabd.protocol.options import CANONICAL, Options
 from zabd.protocol.rand import MASK64
 from zabd.sim.disks import SimDisks, SnapshotTransfer
-from zabd.sim.faults import Crash, Cut, FaultEvent, Restart
+from zabd.sim.faults import Change, Crash, Cut, FaultEvent, Restart
 
 if TYPE_CHECKING:
     from zabd.sim.zk_workload import ZKWorkload
@@ -40,12 +41,20 @@ class SimConfig:
     faults: tuple[FaultEvent, ...] = ()
     options: Options = CANONICAL  # anything else is not canonical: digests differ from the spec's
     workload: str = "raw"  # "zk": ZooKeeper requests instead of zab-N payloads (zabd.sim.zk_workload)
-    # the last ``observers`` node ids never vote (zabd.protocol.node); not canonical either
+    # the last ``spares`` node ids start outside the ensemble (a change can add
+    # them), and the last ``observers`` members never vote; not canonical either
     observers: int = 0
+    spares: int = 0
 
     @property
     def observer_ids(self) -> frozenset[int]:
-        return frozenset(range(self.nodes - self.observers + 1, self.nodes + 1))
+        members = self.nodes - self.spares
+        return frozenset(range(members - self.observers + 1, members + 1))
+
+    def initial_membership(self) -> Membership:
+        members = frozenset(range(1, self.nodes - self.spares + 1))
+        observers = self.observer_ids
+        return Membership(members - observers, observers)
 
     def command(self) -> str:
         """The one-line ``zabd sim`` command that replays this configuration."""
@@ -64,6 +73,8 @@ class SimConfig:
             parts.append(f"--workload {self.workload}")
         if self.observers:
             parts.append(f"--observers {self.observers}")
+        if self.spares:
+            parts.append(f"--spares {self.spares}")
         return " ".join(parts)
 
 
@@ -80,6 +91,8 @@ class SimStats:
     ticks_visited: int = 0
     deliveries: int = 0
     commit_latencies: list[int] = field(default_factory=list)
+    changes_proposed: int = 0
+    changes_skipped: int = 0
 
 
 # Effects observer: (tick, node, effects). The checker is one.
@@ -102,9 +115,9 @@ class Simulator:
         self.config = config
         n = config.nodes
         ids = list(range(1, n + 1))
-        observers = config.observer_ids
+        membership = config.initial_membership()
         self.nodes: list[Node] = [
-            Node(i, [p for p in ids if p != i], config.seed, config.options, observers) for i in ids
+            Node(i, [p for p in ids if p != i], config.seed, config.options, membership=membership) for i in ids
         ]
         self.up = [True] * (n + 1)
         self.incarnation = [0] * (n + 1)
@@ -119,9 +132,9 @@ class Simulator:
                 if e.both:
                     cuts.setdefault((e.dst, e.src), []).append((e.start, e.end))
         self.cuts = cuts
-        self.node_events: dict[int, list[Crash | Restart]] = {}
+        self.node_events: dict[int, list[Crash | Restart | Change]] = {}
         for e in config.faults:
-            if isinstance(e, (Crash, Restart)):
+            if isinstance(e, (Crash, Restart, Change)):
                 self.node_events.setdefault(e.at, []).append(e)
         self.heap: list[tuple[int, int, int, int, int, Message | SnapshotTransfer]] = []
         # the windowed variant keeps each node's disk; the canonical one needs none
@@ -214,12 +227,36 @@ class Simulator:
                 seq += 1
         self.stats.messages_sent += seq - self.seq
         self.seq = seq
+        if disks is not None:
+            disks.purged(node)
         if failed is not None:
             self.stats.messages_dropped += len(failed)
             # Reported after the handler returned; send_dropped makes that
             # equal to calling link_failed at the drop (spec section 5).
             for index, dst in failed:
                 node.send_dropped(index, dst, t)
+
+    def _change(self, ev: Change, t: int) -> None:
+        """Ask the leader, if any, for a membership change; count what it refuses."""
+        leader = next((n for n in self.nodes if n.role == LEADING and n.synced and self.up[n.id]), None)
+        if leader is None:
+            self.stats.changes_skipped += 1
+            return
+        m = leader.membership
+        voters, observers = set(m.voters), set(m.observers)
+        voters.discard(ev.node)
+        observers.discard(ev.node)
+        if ev.kind == "add":
+            voters.add(ev.node)
+        elif ev.kind == "observe":
+            observers.add(ev.node)
+        try:
+            leader.propose_membership(Membership(frozenset(voters), frozenset(observers)), t)
+        except (MembershipError, NotLeader):
+            self.stats.changes_skipped += 1
+            return
+        self.stats.changes_proposed += 1
+        self._flush(leader, t)
 
     # ------------------------------------------------------------------- loop
 
@@ -248,7 +285,9 @@ class Simulator:
             if fault_pos < len(fault_ticks) and fault_ticks[fault_pos] == t:
                 for ev in self.node_events[t]:
                     node = nodes[ev.node - 1]
-                    if isinstance(ev, Crash):
+                    if isinstance(ev, Change):
+                        self._change(ev, t)
+                    elif isinstance(ev, Crash):
                         up[ev.node] = False
                         node.crash()
                         # a crash ends any role; observers see it like a role change
