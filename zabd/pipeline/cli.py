@@ -2,7 +2,8 @@
 
     zabd pipeline sweep --scenarios N --out DIR [--seed S] [--nodes 3,5,7] [--rounds R,...]
                         [--proposals K,...] [--faults-per-run F,...] [--variant canonical|server]
-                        [--workload raw|zk] [--task-size T] [--master URL] [--quiet] [--no-plots]
+                        [--workload raw|zk] [--changes-per-run C] [--task-size T] [--master URL]
+                        [--quiet] [--no-plots]
     zabd pipeline sweep --grid FILE.toml [--out DIR] [--master URL] ...
     zabd pipeline audit DIR... [--out DIR] [--master URL] [--quiet]
     zabd pipeline handmade NAME      (replay a hand-made checker input: lost-commit, agreement, clean)
@@ -93,7 +94,9 @@ def spark_unavailable() -> str | None:
 
 # -------------------------------------------------------------------- sweep
 
-SWEEP_GRID_OPTIONS = ("scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run", "variant", "workload")
+SWEEP_GRID_OPTIONS = (
+    "scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run", "variant", "workload", "changes-per-run"
+)
 SWEEP_OPTIONS = (*SWEEP_GRID_OPTIONS, "grid", "out", "master", "task-size")
 SWEEP_FLAGS = ("quiet", "no-plots")
 
@@ -138,6 +141,9 @@ def sweep_main(argv: list[str]) -> int:
             for name in ("variant", "workload"):
                 if name in p.values:
                     values[name] = p.values[name]
+            if "changes-per-run" in p.values:
+                values["changes_per_run"] = _decimal("changes-per-run", p.values["changes-per-run"], 0,
+                                                     MAX_FAULTS_PER_RUN)  # fmt: skip
             grid = make_grid(values)
         out = p.values.get("out", extra.get("out"))
         if not isinstance(out, str) or not out:

@@ -64,6 +64,9 @@ class Grid:
     variant: str = "canonical"
     # "zk": ZooKeeper requests and a tree per node (zabd.sim.zk_workload); not canonical
     workload: str = "raw"
+    # membership changes asked of the leader per scenario (zabd.sim.faults.random_changes),
+    # with 0..nodes-1 nodes starting outside the ensemble; not canonical
+    changes_per_run: int = 0
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -93,6 +96,7 @@ class Grid:
             "canaries": list(self.canaries),
             "variant": self.variant,
             "workload": self.workload,
+            "changes_per_run": self.changes_per_run,
         }
 
     def command(self) -> str:
@@ -107,6 +111,7 @@ class Grid:
             f"--faults-per-run {csv(self.faults_per_run)}"
             + (f" --variant {self.variant}" if self.variant != "canonical" else "")
             + (f" --workload {self.workload}" if self.workload != "raw" else "")
+            + (f" --changes-per-run {self.changes_per_run}" if self.changes_per_run else "")
         )
 
 
@@ -180,7 +185,7 @@ def check_canaries(field: str, value: object) -> tuple[str, ...]:
 
 GRID_KEYS = (
     "scenarios", "seed", "nodes", "rounds", "proposals", "faults_per_run", "canaries", "variant", "workload",
-    "task_size", "out",
+    "changes_per_run", "task_size", "out",
 )
 DEFAULTS: dict[str, object] = {
     "seed": 0,
@@ -207,6 +212,7 @@ def make_grid(values: dict[str, object], where: str = "") -> Grid:
         canaries=check_canaries(f"{where}canaries", merged.get("canaries", [])),
         variant=check_variant(f"{where}variant", merged.get("variant", "canonical")),
         workload=check_workload(f"{where}workload", merged.get("workload", "raw")),
+        changes_per_run=_int(f"{where}changes_per_run", merged.get("changes_per_run", 0), 0, MAX_FAULTS_PER_RUN),
     )
 
 

@@ -14,7 +14,7 @@ from zabd.pipeline.grid import Grid, Task
 from zabd.pipeline.handmade import HANDMADE, run_handmade
 from zabd.protocol.options import VARIANTS
 from zabd.sim.checker import Violation
-from zabd.sim.faults import format_faults, random_faults
+from zabd.sim.faults import Cut, format_faults, random_changes, random_faults
 from zabd.sim.run import run_scenario
 from zabd.sim.simulator import SimConfig
 
@@ -76,8 +76,14 @@ def scenario_config(grid: Grid, index: int) -> tuple[int, SimConfig, int]:
     c, cell = grid.cell_of(index)
     seed = grid.scenario_seed(index)
     faults = tuple(random_faults(seed, cell.nodes, cell.rounds, cell.faults_per_run))
+    spares = 0
+    if grid.changes_per_run:
+        # some nodes start outside the ensemble, so that adds have someone to add
+        spares = (seed >> 16) % cell.nodes
+        changes = random_changes(seed, cell.nodes, cell.rounds, grid.changes_per_run)
+        faults = tuple(sorted((*faults, *changes), key=lambda e: e.start if isinstance(e, Cut) else e.at))
     config = SimConfig(seed, cell.nodes, cell.rounds, cell.proposals, faults=faults, options=VARIANTS[grid.variant],
-                       workload=grid.workload)
+                       workload=grid.workload, spares=spares)
     return c, config, cell.faults_per_run
 
 
