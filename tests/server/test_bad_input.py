@@ -115,3 +115,22 @@ async def test_wrong_frame_type_on_client_port(cluster: LocalCluster) -> None:
         assert body["ok"] is False and body["error"] == "bad_request"
     assert "bad client request" in cluster.log_text(1)
     await _serves(cluster, 1)
+
+
+async def test_a_raw_payload_shaped_like_a_membership_change_is_refused(cluster: LocalCluster) -> None:
+    """Membership changes are txns the core tells apart by their prefix: a
+    client's raw payload with it is refused, on the leader and through a
+    follower, and changes nothing."""
+    from zabd.client.client import ZabdError
+    from zabd.protocol.membership import MAGIC, Membership, encode
+
+    forged = encode(Membership(frozenset({1}), frozenset()))
+    assert forged.startswith(MAGIC)
+    for node in (1, 2, 3):
+        async with await Client.connect(cluster.client_addr(node)) as c:
+            with pytest.raises(ZabdError) as err:
+                await c.propose(forged)
+            assert err.value.code == "bad_request" and "reserved" in str(err.value)
+    for node in (1, 2, 3):
+        await _serves(cluster, node)
+        assert "membership changed" not in cluster.log_text(node)

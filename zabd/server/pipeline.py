@@ -31,6 +31,7 @@ from zabd.protocol.effects import (
     CommitTo,
     Effect,
     InstallSnapshot,
+    MembershipChanged,
     PersistEpochs,
     ReadFailed,
     ReadReady,
@@ -58,6 +59,8 @@ class Speaker(Protocol):
     def committed(self, zxid: int) -> None: ...
 
     def role_changed(self, change: RoleChanged) -> None: ...
+
+    def membership_changed(self, change: MembershipChanged) -> None: ...
 
 
 class EffectPipeline:
@@ -91,6 +94,7 @@ class EffectPipeline:
             ReadFailed: lambda e: speaker.read_failed(e.token),
             CommitTo: lambda e: speaker.committed(e.zxid),
             RoleChanged: speaker.role_changed,
+            MembershipChanged: speaker.membership_changed,
         }
 
     @property

@@ -34,6 +34,7 @@ from zabd.kv.zk.errors import Code
 from zabd.kv.zk.prep import Prepared
 from zabd.kv.zk.records import Write as ZKRequest
 from zabd.protocol import zxid as zx
+from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 from zabd.server.client_session import ClientSession, Slot
@@ -205,7 +206,8 @@ class ProposalPath:
     def on_forward_err(self, err: wire.ForwardErr) -> None:
         reply = self.forwarded.pop(err.fid, None)
         if reply is not None:
-            code = err.code if err.code in schema.RETRYABLE else schema.LEADER_LOST
+            # refused before it was proposed: say so; anything else may have committed
+            code = err.code if err.code in schema.RETRYABLE or err.code == schema.BAD_REQUEST else schema.LEADER_LOST
             self._fail(reply, code, err.message)
 
     # ---------------------------------------------------------------- leader
@@ -221,6 +223,9 @@ class ProposalPath:
         node = self.node
         try:
             if type(write) is bytes:
+                if write.startswith(MEMBERSHIP_MAGIC):
+                    self._fail(reply, schema.BAD_REQUEST, "raw payloads may not begin like a membership change")
+                    return True
                 z = node.propose(write, self.links.now())
             elif type(write) is wire.ZKWrite:
                 assert self.kv is not None

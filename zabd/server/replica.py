@@ -95,7 +95,7 @@ class Replica:
         self.sync = SyncService(self.machine, self.applier, storage, self.snapshotter, config.max_frame, self.log)
         self.gc_timer = GcTimer()
         self.roles = RoleTracker(self.node, self.proposals, self.counters, self.log)
-        self.role_changed = self.roles.changed
+        self.role_changed, self.membership_changed = self.roles.changed, self.roles.membership_changed
         self.status = StatusReport(
             config, self.node, self.applier, self.transport, storage, self.sync, self.machine, self.snapshotter,
             self.gc_timer, self.proposals, self.watches, self.roles,

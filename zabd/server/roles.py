@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from zabd.protocol.effects import PHASE_BROADCAST, RoleChanged
+from zabd.protocol import zxid as zx
+from zabd.protocol.effects import PHASE_BROADCAST, MembershipChanged, RoleChanged
 from zabd.protocol.node import FOLLOWING, LEADING, LOOKING, ROLE_NAMES, Node
 from zabd.server.metrics import Counters
 from zabd.server.proposals import ProposalPath
@@ -49,3 +50,8 @@ class RoleTracker:
             self.proposals.leadership_lost()
         if old_role == FOLLOWING and (change.role != FOLLOWING or change.leader != old_leader):
             self.proposals.leader_changed("the leader changed before the commit")
+
+    def membership_changed(self, change: MembershipChanged) -> None:
+        # Links still follow the configured peers: a live change of who they
+        # are is not wired into the server yet (the core decides it already).
+        self.log.warning("membership changed", membership=change.membership.describe(), zxid=zx.fmt(change.zxid))
