@@ -48,6 +48,8 @@ async def test_health_status_and_metrics(cluster_factory: Factory) -> None:
     ):
         assert name in families, name
     role = {s.labels["role"]: s.value for s in families["zabd_role"].samples}
+    membership = {n: families[n].samples[0].value for n in ("zabd_voters", "zabd_observers", "zabd_membership_version")}
+    assert membership == {"zabd_voters": 3.0, "zabd_observers": 0.0, "zabd_membership_version": 0.0}
     assert role == {"looking": 0.0, "following": 0.0, "observing": 0.0, "leading": 1.0}
     writes = [s for s in families["zabd_request_seconds"].samples
               if s.name == "zabd_request_seconds_count" and s.labels["kind"] == "write"]

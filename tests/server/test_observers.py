@@ -36,6 +36,8 @@ async def test_observers_serve_but_never_vote(tmp_path: Path) -> None:
         statuses = await cluster.statuses()
         assert {i: st["role"] for i, st in statuses.items() if st and i > 3} == {4: "observing", 5: "observing"}
         assert all(st and st["observers"] == [4, 5] for st in statuses.values())
+        membership = {"voters": [1, 2, 3], "observers": [4, 5], "version": "0:0", "zxid": 0}
+        assert all(st and st["membership"] == membership for st in statuses.values())
         assert "Mode: observer" in four_letter(cluster.zk_addr(4), "srvr")
         mntr = four_letter(cluster.zk_addr(5), "mntr")
         assert "zk_server_state\tobserver" in mntr and "zk_quorum_size\t3" in mntr

@@ -97,6 +97,7 @@ class Node:
         "id",
         "peers",
         "membership",
+        "membership_zxid",
         "base_membership",
         "_changes",
         "voter_ids",
@@ -184,6 +185,9 @@ class Node:
         self.id = node_id
         self.base_membership = membership  # in effect at base (all of the history, unwindowed)
         self._changes: list[tuple[int, Membership]] = []  # changes in the history: (zxid, membership)
+        # the change that set the membership in effect (0: the initial one, or
+        # one that had left memory before a restart)
+        self.membership_zxid = 0
         self._set_membership(membership)
         self.seed = seed
         self.current_epoch = 0
@@ -1026,6 +1030,7 @@ class Node:
         if m == self.membership:
             return
         old = self.membership
+        self.membership_zxid = zxid
         self._set_membership(m)
         self.effects.append(MembershipChanged(m, zxid))
         if self.role == LEADING:

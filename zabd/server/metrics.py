@@ -118,6 +118,10 @@ class ReplicaCollector(Collector):
             "zabd_client_connections": ("client connections", st["client_connections"]),
             "zabd_watches": ("connections streaming commits", st["watches"]),
             "zabd_last_election_seconds": ("how long the last election took", c.last_election_s),
+            "zabd_voters": ("voters in the membership in effect here", len(st["membership"]["voters"])),
+            "zabd_observers": ("observers in the membership in effect here", len(st["membership"]["observers"])),
+            "zabd_membership_version": ("zxid of the membership change in effect (0: the configured one)",
+                                        st["membership"]["zxid"]),
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=float(value))

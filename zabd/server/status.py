@@ -13,6 +13,7 @@ from zabd import __version__
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.kv.zk.tree import DataTree
+from zabd.protocol import zxid as zx
 from zabd.protocol.node import LEADING, Node, role_name
 from zabd.server.applier import Applier, Watches
 from zabd.server.config import ServerConfig
@@ -142,7 +143,10 @@ class StatusReport:
             "last_zxid": node.last_zxid(),
             "last_committed": self.applier.applied,
             "peers": list(self.config.peer_ids),
-            "observers": list(self.config.observers),
+            "observers": sorted(node.membership.observers),
+            # who votes and who observes now, and the change that made it so (0:0: the configured one)
+            "membership": {"voters": sorted(node.membership.voters), "observers": sorted(node.membership.observers),
+                           "version": zx.fmt(node.membership_zxid), "zxid": node.membership_zxid},
             "peers_connected": sorted(p for p in self.transport.peers if self.transport.connected(p)),
             "storage": self.config.storage,
             "zookeeper_port": self.config.zookeeper or None,  # host:port of ZooKeeper's client port, if on
