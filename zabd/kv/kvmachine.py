@@ -55,11 +55,15 @@ class _Results:
 
 
 class KVMachine:
-    def __init__(self, zk_max_data: int = DEFAULT_MAX_DATA) -> None:
+    def __init__(self, zk_max_data: int = DEFAULT_MAX_DATA, zk_config: bytes = b"") -> None:
+        """``zk_config``: ZooKeeper's ``/zookeeper/config`` text of this ensemble."""
         self.store = KVStore()
         self.leader = KVLeader(self.store)
         self.zk_max_data = zk_max_data
+        self.zk_config = zk_config
         self.zk = DataTree()
+        if zk_config:
+            self.zk.set_config(zk_config)
         self.zk_leader = ZKLeader(self.zk, zk_max_data)
         self.zk_applied: Callable[[int, Applied], None] | None = None
         self.zk_restored: Callable[[], None] | None = None  # the tree was replaced by a snapshot
@@ -116,6 +120,8 @@ class KVMachine:
             self.zk = DataTree.restore(data[start + kv_len :])
         elif data:
             self.store.restore(data)
+        if self.zk_config:
+            self.zk.set_config(self.zk_config)
         self.leader = KVLeader(self.store)
         self.zk_leader = ZKLeader(self.zk, self.zk_max_data)
         self._kv_results.clear()

@@ -531,7 +531,7 @@ class Node:
             return  # who leads is the voters' answer to give
         if v not in self.voter_ids:
             if v in self.membership.observers:
-                self._answer_observer(v, t)
+                self._take_in(v, t)
             return
         if self.role == LOOKING:
             voted = self.target[2]
@@ -549,18 +549,11 @@ class Node:
                 self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, v))
             return
         self._send(v, Vote(self.current_epoch, self.last_zxid(), self.accepted_epoch, self.leader))
-        if self.role == LEADING:
-            if self.discovered:
-                if self._window:
-                    self._send_sync(v, t)
-                else:
-                    self._send(v, NewLeader(self.current_epoch, self._history_snapshot()))
-            else:
-                self._send(v, NewEpoch(self.pending_epoch))
+        self._take_in(v, t)
 
-    def _answer_observer(self, v: int, t: int) -> None:
-        """An observer looks for the leader: a leader takes it in, as any
-        late joiner; nobody counts it as a candidate or a vote."""
+    def _take_in(self, v: int, t: int) -> None:
+        """A leader brings a late joiner (a voter, or an observer, which it
+        counts in no quorum) into its epoch."""
         if self.role != LEADING:
             return
         if self.discovered:

@@ -29,4 +29,19 @@ def open_storage(config: ServerConfig) -> Storage:
 
 
 def open_state_machine(config: ServerConfig) -> StateMachine:
-    return NullMachine() if config.state_machine == "none" else KVMachine(config.zk_max_data)
+    if config.state_machine == "none":
+        return NullMachine()
+    return KVMachine(config.zk_max_data, zookeeper_config(config))
+
+
+def zookeeper_config(config: ServerConfig) -> bytes:
+    """ZooKeeper's ``/zookeeper/config`` of the configured ensemble, as a static
+    ZooKeeper 3.8 ensemble shows it (``server.N=host:quorum:election:role``,
+    here the one peer port twice, then ``version=0``)."""
+    lines = []
+    for node_id in sorted(config.peers):
+        host, port = config.peer_addr(node_id)
+        role = "observer" if node_id in config.observers else "participant"
+        lines.append(f"server.{node_id}={host}:{port}:{port}:{role}")
+    lines.append("version=0")
+    return "\n".join(lines).encode()
