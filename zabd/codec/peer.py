@@ -8,13 +8,13 @@ Tags from 64 up are the driver's frames, which the core never sees:
 
 | tag | frame | direction | fields |
 | --- | --- | --- | --- |
-| 64 | Hello | dialer -> acceptor, first | wire version, node id |
+| 64 | Hello | dialer -> acceptor, first | wire version, node id[, observers (when configured)] |
 | 65 | Forward | follower -> leader | forward id, write (bytes: raw; [op, key, value, version]: KV; ZKWrite) |
 | 66 | ForwardOk | leader -> follower | forward id, zxid (committed) |
 | 67 | ForwardErr | leader -> follower | forward id, error code, message |
 | 68 | NewLeader part | leader -> follower | epoch, final (0/1), txns (a NewLeader above one frame) |
 | 69 | SyncInfo | follower -> leader | base, last zxid of each epoch after it |
-| 70 | SyncPlan | leader -> follower | epoch, mode, truncate_to, snapshot zxid, log base, snapshot bytes or nil |
+| 70 | SyncPlan | leader -> follower | epoch, mode, truncate_to, snapshot zxid, log base, snapshot or nil[, members] |
 | 71 | SyncTxns | leader -> follower | epoch, final (0/1), txns (after a SyncPlan) |
 | 73 | SyncReq | follower -> leader | forward id (answered by ForwardOk with the commit point) |
 | 74 | SnapData | leader -> follower | epoch, more snapshot bytes (between SyncPlan and SyncTxns) |
@@ -123,6 +123,9 @@ class SyncPlanFrame(NamedTuple):
     snapshot_zxid: int
     log_base: int
     data: bytes | None
+    # SNAP: the membership at the snapshot's point (zabd.protocol.membership), when
+    # the leader's differs from the configured one; sent only then, as an 8th element
+    membership: bytes = b""
 
 
 class SyncTxns(NamedTuple):
@@ -358,13 +361,14 @@ def _sync_info(b: tuple[Any, ...]) -> SyncInfoFrame | None:
 
 def _sync_plan(b: tuple[Any, ...]) -> SyncPlanFrame | None:
     if (
-        len(b) == 7
+        len(b) in (7, 8)
         and is_u32(b[1])
         and b[2] in SYNC_MODES
         and all(is_u64(x) for x in b[3:6])
         and (b[6] is None or type(b[6]) is bytes)
+        and (len(b) == 7 or type(b[7]) is bytes)
     ):
-        return SyncPlanFrame(b[1], b[2], b[3], b[4], b[5], b[6])
+        return SyncPlanFrame(b[1], b[2], b[3], b[4], b[5], b[6], b[7] if len(b) == 8 else b"")
     return None
 
 

@@ -7,9 +7,14 @@ three. Recent results are kept for the clients waiting on them, and
 ``zk_applied`` (set by the server) hears of every applied ZooKeeper txn, to
 fire watches and end sessions.
 
-A snapshot holds both states: ``SNAP_MAGIC``, the KV part's length (u64),
-the KV part, the tree's part. A snapshot of a KV-only server (before the
-tree existed) is a bare KV snapshot, and still restores.
+A membership change (``zabd.protocol.membership``) is kept in
+``membership_changes``: the core's membership is protocol state, and a
+snapshot must say what it was at its point.
+
+A snapshot holds all of it: ``SNAP_MAGIC_M``, the KV part's length (u64),
+the KV part, the changes' length (u64) and the changes (u64 zxid, u32 length,
+payload; each), the tree's part. An older snapshot (``SNAP_MAGIC``: no
+changes section) and a bare KV snapshot (a KV-only server's) still restore.
 """
 
 from __future__ import annotations
@@ -21,19 +26,23 @@ from collections.abc import Callable
 from typing import cast
 
 from zabd.codec.zk_txn import ZK_MAGIC
+from zabd.kv.machine import record_change
 from zabd.kv.store import KVLeader, KVStore, Result
 from zabd.kv.zk.prep import DEFAULT_MAX_DATA, ZKLeader
 from zabd.kv.zk.records import WriteResult
 from zabd.kv.zk.tree import Applied, DataTree
+from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.messages import Txn
 
 # 0xc1 is never the first byte of a msgpack value, so no KV payload is mistaken
 # for a raw one that happens to be msgpack.
 KV_MAGIC = b"\xc1kv1"
 SNAP_MAGIC = b"\xc1zkv"
+SNAP_MAGIC_M = b"\xc1zkm"
 RESULTS_KEPT = 65536
 DIGEST_MAX_KEYS = 200_000
 _LEN = struct.Struct("<Q")
+_CHANGE = struct.Struct("<QI")
 
 
 class _Results:
@@ -70,6 +79,7 @@ class KVMachine:
         self._kv_results = _Results()
         self._zk_results = _Results()
         self.errors = 0
+        self.membership_changes: list[tuple[int, bytes]] = []
 
     def apply(self, txn: Txn) -> object:
         p = txn.payload
@@ -96,6 +106,8 @@ class KVMachine:
                 self.zk_leader.committed(txn.zxid)
                 if self.zk_applied is not None:
                     self.zk_applied(txn.zxid, applied)
+        elif p.startswith(MEMBERSHIP_MAGIC):
+            record_change(self.membership_changes, txn)
         self.store.applied = txn.zxid
         return result
 
@@ -113,11 +125,18 @@ class KVMachine:
     def restore(self, data: bytes) -> None:
         self.store = KVStore()
         self.zk = DataTree()
-        if data[:4] == SNAP_MAGIC:
+        self.membership_changes = []
+        if data[:4] in (SNAP_MAGIC, SNAP_MAGIC_M):
             (kv_len,) = _LEN.unpack_from(data, 4)
             start = 4 + _LEN.size
             self.store.restore(data[start : start + kv_len])
-            self.zk = DataTree.restore(data[start + kv_len :])
+            start += kv_len
+            if data[:4] == SNAP_MAGIC_M:
+                (m_len,) = _LEN.unpack_from(data, start)
+                start += _LEN.size
+                self.membership_changes = _decode_changes(data[start : start + m_len])
+                start += m_len
+            self.zk = DataTree.restore(data[start:])
         elif data:
             self.store.restore(data)
         if self.zk_config:
@@ -130,12 +149,14 @@ class KVMachine:
             self.zk_restored()
 
     def snapshot_view(self) -> object:
-        return (self.store.snapshot_view(), self.zk.snapshot_view())
+        return (self.store.snapshot_view(), self.zk.snapshot_view(), tuple(self.membership_changes))
 
     def encode_view(self, view: object) -> bytes:
-        kv_view, zk_view = cast(tuple[object, object], view)
+        kv_view, zk_view, changes = cast(tuple[object, object, tuple[tuple[int, bytes], ...]], view)
         kv = self.store.encode_view(kv_view)
-        return b"".join((SNAP_MAGIC, _LEN.pack(len(kv)), kv, DataTree.encode_view(zk_view)))
+        mem = b"".join(_CHANGE.pack(z, len(p)) + p for z, p in changes)
+        return b"".join((SNAP_MAGIC_M, _LEN.pack(len(kv)), kv, _LEN.pack(len(mem)), mem,
+                         DataTree.encode_view(zk_view)))  # fmt: skip
 
     def digest(self) -> int | None:
         """CRC-32 of the encoded KV state (equal states, equal digests), for
@@ -144,3 +165,14 @@ class KVMachine:
         if len(self.store.data) > DIGEST_MAX_KEYS:
             return None
         return zlib.crc32(self.store.snapshot())
+
+
+def _decode_changes(data: bytes) -> list[tuple[int, bytes]]:
+    out = []
+    off = 0
+    while off < len(data):
+        z, n = _CHANGE.unpack_from(data, off)
+        off += _CHANGE.size
+        out.append((z, data[off : off + n]))
+        off += n
+    return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.messages import Txn
 
 
@@ -37,13 +38,25 @@ class StateMachine(Protocol):
         """Encode a ``snapshot_view()``; safe on any thread."""
         ...
 
+    @property
+    def membership_changes(self) -> list[tuple[int, bytes]]:
+        """Every membership change applied, (zxid, payload), in order: part of
+        the state, so a snapshot says what the membership was at its point."""
+        ...
+
 
 class NullMachine:
     """No state besides the log itself (``state_machine = "none"``): nothing
     to apply, and a snapshot of it is empty. A server running it keeps its
     whole log (a purge would lose the state)."""
 
+    def __init__(self) -> None:
+        # the log is the whole state here (no snapshots): a replay sees every change
+        self.membership_changes: list[tuple[int, bytes]] = []
+
     def apply(self, txn: Txn) -> object:
+        if txn.payload.startswith(MEMBERSHIP_MAGIC):
+            record_change(self.membership_changes, txn)
         return None
 
     def snapshot(self) -> bytes:
@@ -57,3 +70,19 @@ class NullMachine:
 
     def encode_view(self, view: object) -> bytes:
         return b""
+
+
+def record_change(changes: list[tuple[int, bytes]], txn: Txn) -> None:
+    """Append a membership change once (a replay may apply it again)."""
+    if not changes or changes[-1][0] < txn.zxid:
+        changes.append((txn.zxid, txn.payload))
+
+
+def membership_at(changes: list[tuple[int, bytes]], zxid: int) -> bytes | None:
+    """The payload of the last change at or below ``zxid`` (None: none)."""
+    found = None
+    for z, payload in changes:
+        if z > zxid:
+            break
+        found = payload
+    return found

@@ -99,6 +99,7 @@ class Node:
         "membership",
         "membership_zxid",
         "base_membership",
+        "_initial_membership",
         "_changes",
         "voter_ids",
         "voting",
@@ -184,6 +185,7 @@ class Node:
         self.options = options
         self.id = node_id
         self.base_membership = membership  # in effect at base (all of the history, unwindowed)
+        self._initial_membership = membership
         self._changes: list[tuple[int, Membership]] = []  # changes in the history: (zxid, membership)
         # the change that set the membership in effect (0: the initial one, or
         # one that had left memory before a restart)
@@ -920,7 +922,9 @@ class Node:
         # a snapshot of the state at the commit point, then the rest from memory
         lc = self.last_committed
         i = bisect_right(h, lc, key=_txn_zxid)
-        at_point = encode_membership(self._membership_at(lc))
+        # the membership at the point, once any has changed (b"": the initial one, on both sides)
+        changed = bool(self._changes) or self.base_membership != self._initial_membership
+        at_point = encode_membership(self._membership_at(lc)) if changed else b""
         self.effects.append(SendSync(f, self.current_epoch, SNAP, lc, lc, lc, tuple(h[i:]), at_point))
 
     def _retry_syncs(self, t: int) -> None:

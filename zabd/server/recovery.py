@@ -1,8 +1,10 @@
 """What a starting server rebuilds from its storage before it joins.
 
-The core gets the persistent state (epochs, the retained history, the commit
-point); the state machine gets the newest snapshot and then every committed
-txn after it. Storage warnings (a torn tail cut, say) are logged here.
+The state machine gets the newest snapshot and then every committed txn
+after it; then the core gets the persistent state (epochs, the retained
+history, the commit point) and the membership in effect at the start of that
+history, which the machine's membership changes say (the history itself holds
+any later ones). Storage warnings (a torn tail cut, say) are logged here.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from zabd.kv.machine import StateMachine
+from zabd.kv.machine import StateMachine, membership_at
 from zabd.protocol import zxid as zx
+from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.node import Node
 from zabd.storage.base import PersistentState, Storage
 
@@ -29,17 +32,6 @@ def recover(
     state: PersistentState, storage: Storage, node: Node, machine: StateMachine, log: Any, warnings: list[str]
 ) -> Recovered:
     t0 = time.monotonic()
-    if state.history or state.current_epoch or state.accepted_epoch or state.window_base:
-        node.restore(
-            current_epoch=state.current_epoch,
-            accepted_epoch=state.accepted_epoch,
-            epoch_leader=state.epoch_leader,
-            history=state.history,
-            last_committed=state.last_committed,
-            base=state.window_base,
-            below_ends=state.below_ends,
-            log_start=state.log_base,
-        )
     if state.snapshot is not None:
         machine.restore(state.snapshot)
     # every committed txn after the snapshot, streamed from the log: the
@@ -55,6 +47,19 @@ def recover(
             apply(txn)
         replayed += len(page)
         after = page[-1].zxid
+    if state.history or state.current_epoch or state.accepted_epoch or state.window_base:
+        at_base = membership_at(machine.membership_changes, state.window_base)
+        node.restore(
+            current_epoch=state.current_epoch,
+            accepted_epoch=state.accepted_epoch,
+            epoch_leader=state.epoch_leader,
+            history=state.history,
+            last_committed=state.last_committed,
+            base=state.window_base,
+            below_ends=state.below_ends,
+            log_start=state.log_base,
+            base_membership=decode_membership(at_base) if at_base is not None else None,
+        )
     for w in warnings:
         log.warning("storage recovery", detail=w)
     took = time.monotonic() - t0

@@ -1,0 +1,86 @@
+"""The membership is part of the state machine's state: a snapshot says what
+it was at its point, and a server restarting from a snapshot and its log
+gives the core the membership in effect where its history starts."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from zabd.kv.kvmachine import SNAP_MAGIC, KVMachine
+from zabd.kv.machine import NullMachine, membership_at
+from zabd.protocol.membership import Membership, encode
+from zabd.protocol.messages import Txn
+from zabd.protocol.node import Node
+from zabd.server.recovery import recover
+from zabd.storage.disk import DiskStorage
+
+
+def change(voters: set[int], observers: set[int] = frozenset()) -> bytes:  # type: ignore[assignment]
+    return encode(Membership(frozenset(voters), frozenset(observers), b"addresses"))
+
+
+def test_changes_are_applied_once_and_travel_in_snapshots() -> None:
+    m = KVMachine(zk_config=b"server.1=h:1:1:participant\nversion=0")
+    m.apply(Txn(1, b"raw"))
+    m.apply(Txn(2, change({1, 2})))
+    m.apply(Txn(2, change({1, 2})))  # a replay over a snapshot that covers it
+    m.apply(Txn(5, change({1, 2}, {3})))
+    assert m.membership_changes == [(2, change({1, 2})), (5, change({1, 2}, {3}))]
+    assert membership_at(m.membership_changes, 4) == change({1, 2}) and membership_at(m.membership_changes, 1) is None
+    copy = KVMachine(zk_config=b"server.1=h:1:1:participant\nversion=0")
+    copy.restore(m.snapshot())
+    assert copy.membership_changes == m.membership_changes
+    assert copy.zk.digest == m.zk.digest
+    null = NullMachine()
+    null.apply(Txn(7, change({1})))
+    assert null.membership_changes == [(7, change({1}))]
+
+
+def test_a_snapshot_from_before_membership_changes_still_restores() -> None:
+    m = KVMachine()
+    snap = m.snapshot()
+    kv_len = struct.unpack_from("<Q", snap, 4)[0]
+    start = 4 + 8 + kv_len
+    old = SNAP_MAGIC + snap[4:start] + snap[start + 8 :]  # the format without the changes' section
+    again = KVMachine()
+    again.restore(old)
+    assert again.membership_changes == [] and again.zk.digest == m.zk.digest
+
+
+def test_a_restart_gives_the_core_the_membership_where_its_history_starts(tmp_path: Path) -> None:
+    """A change that left the in-memory window (and one before the snapshot)
+    is still the membership in effect after a restart."""
+    storage = DiskStorage(str(tmp_path), window=4)
+    storage.load()
+    machine = KVMachine()
+    txns = [Txn((1 << 32) | i, b"x%d" % i) for i in range(1, 21)]
+    txns[2] = Txn(txns[2].zxid, change({1, 2, 3, 4}))  # before the snapshot
+    txns[9] = Txn(txns[9].zxid, change({1, 2, 3, 4}, {5}))  # after it, below the window
+    storage.persist_epochs(1, 1, 1)
+    for t in txns:
+        storage.append(t)
+    for t in txns[:6]:
+        machine.apply(t)
+    storage.flush_sync()
+    storage.write_snapshot(txns[5].zxid, machine.snapshot())
+    storage.commit_to(txns[-1].zxid)
+    storage.close()
+
+    again = DiskStorage(str(tmp_path), window=4)
+    state = again.load()
+    assert state.window_base > txns[9].zxid and state.snapshot_zxid == txns[5].zxid
+    node = Node(1, [2, 3], 0)
+    restored = KVMachine()
+    recover(state, again, node, restored, _Quiet(), [])
+    assert node.membership == Membership(frozenset({1, 2, 3, 4}), frozenset({5}), b"addresses")
+    assert [z for z, _ in restored.membership_changes] == [txns[2].zxid, txns[9].zxid]
+    again.close()
+
+
+class _Quiet:
+    def info(self, *args: object, **kw: object) -> None:
+        pass
+
+    def warning(self, *args: object, **kw: object) -> None:
+        pass
