@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from zabd.protocol import zxid as zx
-from zabd.protocol.effects import PHASE_BROADCAST, RoleChanged, SendSync
+from zabd.protocol.effects import PHASE_BROADCAST, MembershipChanged, RoleChanged, SendSync
 from zabd.protocol.messages import (
     DIFF,
     Ack,
@@ -58,6 +58,9 @@ class Recorder:
 
     def role_changed(self, change: RoleChanged) -> None:
         self.said.append(("role", change))
+
+    def membership_changed(self, change: MembershipChanged) -> None:
+        self.said.append(("membership", change))
 
     def take(self) -> list[tuple[str, Any]]:
         out, self.said = self.said, []
