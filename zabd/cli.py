@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("zabd.server.cli", "serve_main", "run a replica server"),
     "propose": ("zabd.client.cli", "propose_main", "submit a proposal to a cluster"),
     "status": ("zabd.client.cli", "status_main", "show a server's status"),
+    "reconfig": ("zabd.client.cli", "reconfig_main", "change the membership: add, observe or remove nodes"),
     "kv": ("zabd.client.kv_cli", "main", "key-value calls: put, get [--sync], cas, delete, sync"),
     "log": ("zabd.client.cli", "log_main", "read committed transactions; 'log dump|verify DIR' inspects a data dir"),
     "cluster": ("zabd.client.cluster_cli", "main", "run a local cluster in the foreground until Ctrl-C"),

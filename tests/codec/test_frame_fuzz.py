@@ -10,7 +10,7 @@ connection handler).
 - peer port: ``FrameReader.feed``, ``peer.decode_frame``, ``decode_message``
   and ``PeerSession.feed`` (handshake, part assembly), all FrameError; the
   leader's ``decode_request`` of a forwarded ZooKeeper write (ValueError,
-  ``proposals._zk_prepare``).
+  ``payloads.zk_prepare``).
 - ZooKeeper requests over msgpack: ``zk_msgpack.decode_request`` (ValueError).
 
 ``decode_everything`` is the property; the hypothesis tests below check it
@@ -88,7 +88,7 @@ MEMBERS = frozenset({1, 2, 3})
 
 
 def _zk_request(raw: bytes) -> None:
-    """As ClientService._zk_request and proposals._zk_prepare do."""
+    """As ClientService._zk_request and payloads.zk_prepare do."""
     try:
         zk_msgpack.decode_request(raw)
     except ValueError as exc:

@@ -25,9 +25,9 @@ BAD = {
         'id = 1\ncolour = "red"\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n',
         ["colour", "red", "unknown field"],
     ),
-    "missing peer": (
-        'id = 1\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n3 = "127.0.0.1:7203"\n',
-        ["peers", "missing peer 2", "1..2"],
+    "peer id out of range": (
+        'id = 1\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n300 = "127.0.0.1:7203"\n',
+        ["peers", "peer id 300 out of range", "1..255"],
     ),
     "duplicate port": (
         'id = 1\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201"\n2 = "127.0.0.1:7201"\n',

@@ -151,6 +151,39 @@ def propose_main(argv: list[str]) -> int:
     return _run("zabd propose", go)
 
 
+def _member(text: str) -> tuple[int, str]:
+    node, sep, addr = text.partition("=")
+    if not node.isdigit() or (sep and addr.count(":") != 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ID or ID=HOST:PEER_PORT")
+    return int(node), addr
+
+
+def reconfig_main(argv: list[str]) -> int:
+    p = _parser("zabd reconfig", "change the membership (one voter more or fewer per change; observers freely)")
+    p.add_argument("--add", action="append", type=_member, default=[], metavar="ID=HOST:PEER_PORT",
+                   help="make a node a voter (a new node needs its quorum address; start it with join = true)")
+    p.add_argument("--observe", action="append", type=_member, default=[], metavar="ID[=HOST:PEER_PORT]",
+                   help="make a node an observer (a member that never votes)")
+    p.add_argument("--remove", action="append", type=int, default=[], metavar="ID", help="take a node out")
+    args = p.parse_args(argv)
+    if not (args.add or args.observe or args.remove):
+        p.error("nothing to change: give --add, --observe or --remove")
+
+    async def go() -> int:
+        from zabd.client.client import Client
+
+        async with await Client.connect(
+            args.servers, timeout=args.timeout, read_retry=args.retry_reads, **connect_options(args)
+        ) as client:
+            z = await client.reconfig(add=dict(args.add), observe=dict(args.observe), remove=args.remove)
+            st = (await client.status()).model_dump()
+        out = {"zxid": zx.fmt(z), "membership": st.get("membership")}
+        print(json.dumps(out) if args.json else f"membership changed at {zx.fmt(z)}: {out['membership']}")
+        return 0
+
+    return _run("zabd reconfig", go)
+
+
 def status_main(argv: list[str]) -> int:
     p = _parser("zabd status", "show each listed server's status")
     args = p.parse_args(argv)

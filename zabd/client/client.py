@@ -359,8 +359,8 @@ class Client:
                 remaining = deadline - loop.time()
                 if not exc.retryable or remaining <= 0:
                     raise
-                if isinstance(exc, ConnectionLost | RequestTimeout):
-                    self._drop()
+                if isinstance(exc, ConnectionLost | RequestTimeout) or exc.code == schema.NO_LEADER:
+                    self._drop()  # the next try goes to the next server
             await asyncio.sleep(min(backoff, remaining))  # the last try at the deadline
             backoff = min(backoff * 2, RETRY_BACKOFF_MAX)
 
@@ -374,6 +374,28 @@ class Client:
         """Order ``payload``; returns its zxid once committed."""
         body = await self._write({"v": 1, "type": "propose", "payload": payload}, retry_for)
         return int(body["zxid"])
+
+    async def reconfig(
+        self, *, add: dict[int, str] | None = None, observe: dict[int, str] | None = None,
+        remove: list[int] | None = None,
+    ) -> int:
+        """A membership change (``add``: voters, ``observe``: observers, node id
+        -> quorum host:port; ``remove``: ids), made by the leader: each server
+        in the list is asked in turn until the leader takes it. Returns the
+        change's zxid once applied there. Not retried: it may have been made."""
+        body = {"v": 1, "type": "reconfig", "add": {str(k): v for k, v in (add or {}).items()},
+                "observe": {str(k): v for k, v in (observe or {}).items()}, "remove": list(remove or [])}
+        last: ZabdError | None = None
+        for _ in range(len(self.servers)):
+            try:
+                return int((await self._call(body))["zxid"])
+            except ZabdError as exc:
+                if exc.code != schema.NO_LEADER:
+                    raise
+                last = exc
+                self._drop()  # the next server in the list
+        assert last is not None
+        raise last
 
     # ------------------------------------------------------- key-value calls
 

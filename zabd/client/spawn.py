@@ -63,8 +63,12 @@ class LocalCluster:
         client_certs: str = "required",
         tokens: dict[str, str] | None = None,
         zk_secure: bool = False,
+        members: int = 0,
     ) -> None:
+        """``members``: only nodes 1..members form the ensemble; the others
+        start with ``join = true``, to be added by a membership change (0: all)."""
         self.n = n
+        self.members = members or n
         self.seed = seed
         self.storage = storage
         self.fsync = fsync
@@ -174,9 +178,12 @@ class LocalCluster:
                     lines.append(f'{key} = "{value}"')
                 else:
                     lines.append(f"{key} = {value!r}")
+            if i > self.members:
+                lines.append("join = true")
             lines.append("[peers]")
             for j in range(1, self.n + 1):
-                lines.append(f'{j} = "{self.hosts[j]}:{self.peer_ports[j]}"')
+                if j <= self.members or j == i:
+                    lines.append(f'{j} = "{self.hosts[j]}:{self.peer_ports[j]}"')
             self.config_path(i).write_text("\n".join(lines) + "\n")
 
     def start_node(self, i: int) -> None:

@@ -128,10 +128,23 @@ class ZKRequest(_Request):
     req: bytes
 
 
+class ReconfigRequest(_Request):
+    """A membership change: ``add`` makes nodes voters, ``observe`` observers
+    (node id as a decimal string -> quorum host:port, "" for a member's own),
+    ``remove`` takes nodes out. The leader's core allows one voter more or
+    fewer per change (zabd.protocol.membership)."""
+
+    type: Literal["reconfig"] = "reconfig"
+    add: dict[str, str] = {}
+    observe: dict[str, str] = {}
+    remove: list[int] = []
+
+
 KVRequest = PutRequest | CasRequest | DeleteRequest | GetRequest | SyncRequest
 KV_REQUEST_TYPES = (PutRequest, CasRequest, DeleteRequest, GetRequest, SyncRequest)
 AnyRequest = (
     ProposeRequest | StatusRequest | ReadRequest | WatchRequest | KVRequest | AuthRequest | ZKConnectRequest | ZKRequest
+    | ReconfigRequest
 )
 # what a read-only identity may ask
 READ_ONLY_TYPES = (StatusRequest, ReadRequest, WatchRequest, GetRequest, SyncRequest, AuthRequest)

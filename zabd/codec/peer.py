@@ -81,8 +81,9 @@ class Hello(NamedTuple):
     version: int
     node: int
     # the ensemble's observers as the dialer is configured (sent only when
-    # there are any: a Hello without them is one from a node without observers)
-    observers: tuple[int, ...] = ()
+    # there are any: a Hello without them is one from a node without observers);
+    # None: the dialer's membership has changed since, and its log decides
+    observers: tuple[int, ...] | None = ()
 
 
 class Forward(NamedTuple):
@@ -322,7 +323,7 @@ def _hello(b: tuple[Any, ...]) -> Hello | None:
     if len(b) == 3:
         return Hello(b[1], b[2])
     observers = b[3]
-    if type(observers) is not tuple or not all(is_node(o) for o in observers):
+    if observers is not None and (type(observers) is not tuple or not all(is_node(o) for o in observers)):
         return None
     return Hello(b[1], b[2], observers)
 

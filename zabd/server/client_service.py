@@ -23,6 +23,7 @@ from zabd.server.applier import Applier, Watches
 from zabd.server.auth import RO, RW, Authenticator
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
+from zabd.server.reconfig import ReconfigError, requested
 from zabd.server.zk_sessions import ZKSessions
 from zabd.storage.base import PurgedError
 
@@ -62,6 +63,7 @@ class ClientService:
             schema.AuthRequest: self._authenticate,
             schema.ZKConnectRequest: self._zk_connect,
             schema.ZKRequest: self._zk_request,
+            schema.ReconfigRequest: self._reconfig,
         }
 
     def handle(self, session: ClientSession, bodies: list[Any], addr: str) -> bool:
@@ -128,6 +130,14 @@ class ClientService:
             return
         if not self.zk.request(session, req.id, op):
             session.hang_up()
+
+    def _reconfig(self, session: ClientSession, req: schema.ReconfigRequest) -> None:
+        try:
+            new = requested(self.proposals.node.membership, req)
+        except ReconfigError as exc:
+            session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, str(exc)))
+            return
+        self.proposals.submit_membership(session, req.id, new)
 
     def _authenticate(self, session: ClientSession, req: schema.AuthRequest) -> None:
         role = self.auth.role_of(req.token) if self.auth.required else RW

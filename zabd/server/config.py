@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from zabd.codec.members import encode_addresses
+from zabd.protocol.membership import Membership
 from zabd.server.auth import TokenFileError, load_tokens
 from zabd.tls import tls_files_problem
 
@@ -50,6 +52,9 @@ class ServerConfig(BaseModel):
     # every txn and serve clients, but never vote, never count toward a quorum and never
     # lead. The same list on every node (env: '4,5').
     observers: list[int] = Field(default_factory=list)
+    # true: this node starts outside the membership (peers lists the members and
+    # this node): it waits to be added by a membership change (zabd reconfig)
+    join: bool = False
     client: str = Field(description="client service host:port")
     data_dir: str = "data"
     tick_ms: int = Field(default=10, ge=1, le=10_000)
@@ -175,10 +180,7 @@ class ServerConfig(BaseModel):
             if hp in seen:
                 raise ValueError(f"peers.{node_id} = {addr!r}: duplicate address, already used by node {seen[hp]}")
             seen[hp] = node_id
-        ids = sorted(value)
-        for expected, got in enumerate(ids, start=1):
-            if expected != got:
-                raise ValueError(f"missing peer {expected}: ids must be 1..{len(ids)} without gaps (got {ids})")
+        # ids may have gaps: members come and go (zabd reconfig)
         return value
 
     @field_validator("client")
@@ -258,6 +260,12 @@ class ServerConfig(BaseModel):
     @property
     def peer_ids(self) -> list[int]:
         return sorted(i for i in self.peers if i != self.id)
+
+    def initial_membership(self) -> Membership:
+        """The membership a node starts with (its log's changes override it)."""
+        observers = frozenset(self.observers)
+        members = frozenset(self.peers) - ({self.id} if self.join else set())
+        return Membership(members - observers, observers & members, encode_addresses(self.peers))
 
     def peer_addr(self, node_id: int) -> tuple[str, int]:
         return parse_hostport(self.peers[node_id])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from zabd.codec import peer as wire
@@ -33,7 +33,6 @@ class Outbound:
         node: Node,
         transport: Transport,
         sync: SyncService,
-        peers: Sequence[int],
         now: Callable[[], int],
         max_frame: int,
         log: Any,
@@ -42,7 +41,6 @@ class Outbound:
         self.node = node
         self.transport = transport
         self.sync = sync
-        self.peers = peers
         self.now = now
         self.log = log
         self.crash_after = os.environ.get(CRASH_ENV, "")
@@ -60,12 +58,12 @@ class Outbound:
 
     def broadcast(self, msg: Message) -> None:
         if isinstance(msg, NewLeader):
-            for peer in self.peers:
+            for peer in self.node.peers:
                 self.send(peer, msg)
             return
         net = self.transport
         data = self._encode(msg)
-        for peer in self.peers:
+        for peer in self.node.peers:
             if not net.send_frame(peer, data):
                 self.node.link_failed(peer, self.now())
 

@@ -57,11 +57,13 @@ class PeerSession:
         peer: int | None,
         max_frame: int,
         now: float,
-        observers: tuple[int, ...] = (),
+        observers: tuple[int, ...] | None = (),
     ) -> None:
+        """``observers``: the configured ones, checked against the peer's while
+        neither membership has changed (None: this one's has)."""
         self.own_id = own_id
         self.members = members
-        self.observers = tuple(sorted(observers))
+        self.observers = tuple(sorted(observers)) if observers is not None else None
         self.peer = peer
         self.dialed = peer is not None
         self.reader = FrameReader(max_frame)
@@ -77,7 +79,7 @@ class PeerSession:
         self.identity: Callable[[int], str | None] | None = None
         if self.dialed:
             hello: tuple[object, ...] = (wire.TAG_HELLO, wire.WIRE_VERSION, own_id)
-            if self.observers:
+            if self.observers is None or self.observers:
                 hello += (self.observers,)
             self.out.append(frame(hello))
 
@@ -110,13 +112,16 @@ class PeerSession:
             raise FrameError(f"expected Hello first, got {short(got)}")
         if got.version != wire.WIRE_VERSION:
             raise FrameError(f"peer speaks wire version {got.version}; this node speaks {wire.WIRE_VERSION}")
-        if got.node not in self.members or got.node >= self.own_id:
+        if got.node >= self.own_id:
             raise FrameError(f"Hello from node {got.node}: not a lower-id member of this ensemble")
+        if got.node not in self.members:  # not a member (yet, or any more): it may try again
+            raise MembershipRefused(f"Hello from node {got.node}: not a member of this ensemble")
         problem = self.identity(got.node) if self.identity is not None else None
         if problem is not None:
             raise IdentityRefused(f"Hello claims node {got.node}, but {problem}")
-        if tuple(sorted(got.observers)) != self.observers:
-            raise MembershipRefused(f"node {got.node} is configured with observers {sorted(got.observers)}, this "
+        theirs = got.observers
+        if theirs is not None and self.observers is not None and tuple(sorted(theirs)) != self.observers:
+            raise MembershipRefused(f"node {got.node} is configured with observers {sorted(theirs)}, this "
                                     f"node with {list(self.observers)}; every node needs the same list")
         self.peer = got.node
         return HandshakeDone(got.node)

@@ -17,28 +17,23 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
-from functools import lru_cache
-from time import monotonic, time
+from time import monotonic
 from typing import NamedTuple, Protocol
 
 from zabd.codec import client as schema
 from zabd.codec import peer as wire
-from zabd.codec import zk_txn
 from zabd.codec.framing import frame
-from zabd.codec.zk_msgpack import decode_request
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
 from zabd.kv.machine import StateMachine
-from zabd.kv.store import OK, Cas, Delete, Put, Request
-from zabd.kv.zk.acl import Id
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.prep import Prepared
-from zabd.kv.zk.records import Write as ZKRequest
+from zabd.kv.store import OK
 from zabd.protocol import zxid as zx
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
+from zabd.protocol.membership import Membership, MembershipError
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 from zabd.server.client_session import ClientSession, Slot
 from zabd.server.metrics import Latency
+from zabd.server.payloads import kv_request, zk_prepare
 
 Write = bytes | wire.KVWrite | wire.ZKWrite  # a raw payload, (op, key, value, version), or a ZooKeeper write
 
@@ -147,6 +142,20 @@ class ProposalPath:
             self.admit.append((write, None))
         return True
 
+    def submit_membership(self, session: ClientSession, rid: int, new: Membership) -> None:
+        """A membership change: the leader's core decides whether it may be
+        made now (zabd.protocol.membership); a follower refers the client to
+        the leader. Answered, like a raw write, once applied here."""
+        reply = LocalReply(session, session.open_slot(), rid, RAW, monotonic())
+        try:
+            z = self.node.propose_membership(new, self.links.now())
+        except NotLeader:
+            self._fail(reply, schema.NO_LEADER, "membership changes are made at the leader", self.node.leader)
+        except MembershipError as exc:
+            self._fail(reply, schema.BAD_REQUEST, str(exc))
+        else:
+            self.pending.append((z, reply))
+
     def sync(self, session: ClientSession, rid: int, kind: int = SYNC) -> None:
         """Answer once this replica applied the leader's commit point as of
         now, confirmed by a read barrier: a deposed leader that does not know
@@ -231,14 +240,14 @@ class ProposalPath:
                 assert self.kv is not None
                 if not self._kv_ready():
                     return False
-                prepared = _zk_prepare(self.kv, write)
+                prepared = zk_prepare(self.kv, write)
                 z = node.propose(prepared.payload, self.links.now())
                 self.kv.zk_leader.proposed(z, prepared)
             else:
                 assert self.kv is not None and not isinstance(write, (bytes, wire.ZKWrite))
                 if not self._kv_ready():
                     return False
-                payload = self.kv.leader.prepare(_kv_request(write))
+                payload = self.kv.leader.prepare(kv_request(write))
                 z = node.propose(KV_MAGIC + payload, self.links.now())
                 self.kv.leader.proposed(z, payload)
         except NotLeader:
@@ -283,7 +292,8 @@ class ProposalPath:
         node = self.node
         self._next_fid += 1
         fid = self._next_fid
-        if node.role == FOLLOWING and self.links.send_frame(node.leader, encode(fid)):
+        member = node.id in node.membership.members
+        if node.role == FOLLOWING and member and self.links.send_frame(node.leader, encode(fid)):
             self.forwarded[fid] = reply
         else:
             self._fail(reply, schema.NO_LEADER, "no leader at the moment; retry", node.leader)
@@ -328,17 +338,24 @@ class ProposalPath:
 
     def shutting_down(self) -> None:
         """Answer everyone: this replica will apply nothing more."""
+        self._give_up("server shutting down", schema.SHUTTING_DOWN)
+
+    def left_ensemble(self) -> None:
+        """This node is no longer a member: it will hear of no more commits."""
+        self._give_up("this server left the ensemble", schema.NO_LEADER)
+
+    def _give_up(self, why: str, retry_code: str) -> None:
         self.leadership_lost()
-        self.leader_changed("server shutting down")
+        self.leader_changed(why)
         done, self.committed_elsewhere = self.committed_elsewhere, deque()
         for z, local in done:
             if local.kind == RAW:  # committed on a quorum: that is all a raw write's answer says
                 self._succeed(local, z)
             elif local.kind in (SYNC, ZK_SYNC):  # nothing was written: safe to ask again
-                self._fail(local, schema.SHUTTING_DOWN, "server shutting down; retry")
+                self._fail(local, retry_code, f"{why}; retry")
             else:
-                self._fail(local, schema.LEADER_LOST, "committed, but the server shut down before it applied "
-                           "the write here: its result (ok or a failed condition) is unknown; read the key")
+                self._fail(local, schema.LEADER_LOST, f"committed, but {why} before it applied the write "
+                           "here: its result (ok or a failed condition) is unknown; read the key")
 
     def _succeed(self, reply: Reply, z: int) -> None:
         if reply is None:
@@ -387,33 +404,6 @@ class ProposalPath:
     @property
     def in_flight(self) -> int:
         return len(self.pending) + len(self.admit) + len(self.forwarded) + len(self.committed_elsewhere)
-
-
-def _kv_request(w: wire.KVWrite) -> Request:
-    op, key, value, version = w
-    if op == "put":
-        return Put(key, value)
-    if op == "cas":
-        return Cas(key, version, value)
-    return Delete(key, version)
-
-
-def _zk_prepare(kv: KVMachine, write: wire.ZKWrite) -> Prepared:
-    now_ms = int(time() * 1000)  # ZooKeeper stamps ctime/mtime with the leader's wall clock
-    try:
-        req = decode_request(write.request)
-    except ValueError:
-        req = None
-    if req is None or not isinstance(req, ZKRequest):
-        # as ZooKeeper does: a request it cannot read is an error txn, answered in order
-        return Prepared(zk_txn.encode(zk_txn.T_ERROR, now_ms, write.session, int(Code.MARSHALLING_ERROR)), [], [])
-    return kv.zk_leader.prepare(write.session, _ids(write.auth), req, now_ms)
-
-
-@lru_cache(maxsize=1024)
-def _ids(auth: tuple[tuple[str, str], ...]) -> tuple[Id, ...]:
-    # a connection's ids are the same on each of its writes
-    return tuple(Id(scheme, ident) for scheme, ident in auth)
 
 
 def txn_zxid(txn: Txn) -> int:

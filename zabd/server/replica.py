@@ -66,7 +66,7 @@ class Replica:
         self.machine: StateMachine = machine or NullMachine()
         retry_ticks = max(1, config.sync_retry_ms // config.tick_ms)
         options = for_server(config.history_window, config.diff_limit, retry_ticks)
-        self.node = Node(config.id, config.peer_ids, config.seed, options, config.observers)
+        self.node = Node(config.id, config.peer_ids, config.seed, options, membership=config.initial_membership())
         self.log = get_logger("zabd.server")
         set_context(self._log_context)
         self.disk = storage if isinstance(storage, DiskStorage) else None
@@ -94,7 +94,7 @@ class Replica:
         self.watches = Watches(self.applier.read)
         self.sync = SyncService(self.machine, self.applier, storage, self.snapshotter, config.max_frame, self.log)
         self.gc_timer = GcTimer()
-        self.roles = RoleTracker(self.node, self.proposals, self.counters, self.log)
+        self.roles = RoleTracker(self.node, self.proposals, self.counters, self.log, self.transport.set_members)
         self.role_changed, self.membership_changed = self.roles.changed, self.roles.membership_changed
         self.status = StatusReport(
             config, self.node, self.applier, self.transport, storage, self.sync, self.machine, self.snapshotter,
@@ -109,7 +109,7 @@ class Replica:
             self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth, self.zk
         )
         self.outbound = Outbound(
-            self.node, self.transport, self.sync, config.peer_ids, self.now, config.max_frame, self.log
+            self.node, self.transport, self.sync, self.now, config.max_frame, self.log
         )
         self.send, self.broadcast, self.send_sync = self.outbound.send, self.outbound.broadcast, self.outbound.send_sync
         self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed

@@ -9,8 +9,10 @@ proposal path is told which waiting writes it can no longer answer.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
+from zabd.codec.members import decode_addresses
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_BROADCAST, MembershipChanged, RoleChanged
 from zabd.protocol.node import FOLLOWING, LEADING, LOOKING, ROLE_NAMES, Node
@@ -21,8 +23,17 @@ PHASE_NAMES = ("none", "sync", "broadcast")
 
 
 class RoleTracker:
-    def __init__(self, node: Node, proposals: ProposalPath, counters: Counters, log: Any) -> None:
+    def __init__(
+        self,
+        node: Node,
+        proposals: ProposalPath,
+        counters: Counters,
+        log: Any,
+        members: Callable[[dict[int, str]], None] | None = None,
+    ) -> None:
+        """``members``: told the members' addresses after a membership change."""
         self.node = node
+        self.members = members
         self.proposals = proposals
         self.counters = counters
         self.log = log
@@ -52,6 +63,15 @@ class RoleTracker:
             self.proposals.leader_changed("the leader changed before the commit")
 
     def membership_changed(self, change: MembershipChanged) -> None:
-        # Links still follow the configured peers: a live change of who they
-        # are is not wired into the server yet (the core decides it already).
-        self.log.warning("membership changed", membership=change.membership.describe(), zxid=zx.fmt(change.zxid))
+        m = change.membership
+        try:
+            addresses = decode_addresses(m.extra)
+        except ValueError as exc:  # a change made elsewhere without addresses: links stay as they are
+            self.log.error("membership change without member addresses", error=str(exc), zxid=zx.fmt(change.zxid))
+            return
+        member = "voter" if self.node.id in m.voters else "observer" if self.node.id in m.observers else "none"
+        self.log.info("membership changed", membership=m.describe(), zxid=zx.fmt(change.zxid), this_node=member)
+        if self.members is not None and addresses:
+            self.members(addresses)
+        if member == "none" and self.node.role != LEADING:  # a leader leads on until its removal commits
+            self.proposals.left_ensemble()

@@ -22,7 +22,7 @@ from typing import Any, Protocol, cast
 from zabd.codec.framing import FrameError, no_delay
 from zabd.server.auth import RW
 from zabd.server.client_session import ClientSession
-from zabd.server.config import ServerConfig
+from zabd.server.config import ServerConfig, parse_hostport
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import client_context, describe_error, identity_problem, node_name, server_context
@@ -104,7 +104,7 @@ class PeerLink(_Link):
         super().__init__(net)
         cfg = net.config
         self.session = PeerSession(
-            cfg.id, frozenset(cfg.peers), peer, cfg.max_frame, time.monotonic(), tuple(cfg.observers)
+            cfg.id, frozenset(net.addresses), peer, cfg.max_frame, time.monotonic(), net.hello_observers
         )
         self.session.on_output = lambda: net.mark(self)
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -131,7 +131,7 @@ class PeerLink(_Link):
             self.abort()
             return
         except MembershipRefused as exc:
-            self.net.refusals.refused("peer connection refused: different observers", self.addr, str(exc))
+            self.net.refusals.refused("peer connection refused: membership", self.addr, str(exc))
             self.abort()
             return
         except FrameError as exc:
@@ -238,6 +238,10 @@ class Transport:
         if config.tls_client:
             self.client_tls = server_context(config.tls_ca, config.tls_cert, config.tls_key, config.tls_client_certs)
         self._dial_errors: dict[int, str] = {}
+        # the members' quorum addresses: the configured ones until a membership change says otherwise
+        self.addresses: dict[int, str] = dict(config.peers)
+        self.hello_observers: tuple[int, ...] | None = tuple(config.observers)
+        self.dialers: dict[int, asyncio.Task[None]] = {}
         self.peers: dict[int, PeerLink] = {}
         self.clients: set[ClientLink] = set()
         self.dirty: list[_Link] = []
@@ -266,13 +270,31 @@ class Transport:
                 listener = TlsListener(ctx, factory, kind, self.refusals)
                 self.servers.append(listener)
                 await listener.start(h, p)
-        for peer in self.config.peer_ids:
+        for peer in sorted(self.addresses):
             if peer > self.config.id:
-                self.tasks.append(asyncio.create_task(self._dial(peer), name=f"dial-{peer}"))
+                self.dialers[peer] = asyncio.create_task(self._dial(peer), name=f"dial-{peer}")
+
+    def set_members(self, addresses: dict[int, str]) -> None:
+        """A membership change: dial new members (the lower id dials), stop
+        dialing removed ones, and accept new links from members only. A link
+        that is up stays: a removed leader still needs its followers' acks to
+        commit its own removal (the core sends a removed node nothing)."""
+        own = self.config.id
+        old = self.addresses
+        self.addresses = dict(addresses)
+        self.hello_observers = None  # the log decides from now on, not the configuration
+        for peer in sorted(old.keys() - addresses.keys() - {own}):
+            task = self.dialers.pop(peer, None)
+            if task is not None:
+                task.cancel()
+        if not self.stopping and self.servers:
+            for peer in sorted(addresses.keys() - old.keys()):
+                if peer > own and peer not in self.dialers:
+                    self.dialers[peer] = asyncio.create_task(self._dial(peer), name=f"dial-{peer}")
 
     async def _dial(self, peer: int) -> None:
         loop = asyncio.get_running_loop()
-        host, port = self.config.peer_addr(peer)
+        host, port = parse_hostport(self.addresses[peer])
         timeout = self.config.peer_connect_timeout_ms / 1000.0
         backoff = BACKOFF_MIN
         tls: dict[str, Any] = {}
@@ -377,9 +399,10 @@ class Transport:
         self.stopping = True
         for srv in self.servers:
             srv.close()
-        for task in [*self.tasks, *self.refusals.pending]:
+        dialers = list(self.dialers.values())
+        for task in [*self.tasks, *dialers, *self.refusals.pending]:
             task.cancel()
-        for task in self.tasks:
+        for task in [*self.tasks, *dialers]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.flush()

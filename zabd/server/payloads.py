@@ -1,0 +1,45 @@
+"""What a client's write becomes in the log: a KV request the KV leader
+decides, or a ZooKeeper request the ZooKeeper leader prepares (stamped with
+the leader's wall clock, as ZooKeeper does)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from time import time
+
+from zabd.codec import peer as wire
+from zabd.codec import zk_txn
+from zabd.codec.zk_msgpack import decode_request
+from zabd.kv.kvmachine import KVMachine
+from zabd.kv.store import Cas, Delete, Put, Request
+from zabd.kv.zk.acl import Id
+from zabd.kv.zk.errors import Code
+from zabd.kv.zk.prep import Prepared
+from zabd.kv.zk.records import Write as ZKRequest
+
+
+def kv_request(w: wire.KVWrite) -> Request:
+    op, key, value, version = w
+    if op == "put":
+        return Put(key, value)
+    if op == "cas":
+        return Cas(key, version, value)
+    return Delete(key, version)
+
+
+def zk_prepare(kv: KVMachine, write: wire.ZKWrite) -> Prepared:
+    now_ms = int(time() * 1000)  # ZooKeeper stamps ctime/mtime with the leader's wall clock
+    try:
+        req = decode_request(write.request)
+    except ValueError:
+        req = None
+    if req is None or not isinstance(req, ZKRequest):
+        # as ZooKeeper does: a request it cannot read is an error txn, answered in order
+        return Prepared(zk_txn.encode(zk_txn.T_ERROR, now_ms, write.session, int(Code.MARSHALLING_ERROR)), [], [])
+    return kv.zk_leader.prepare(write.session, _ids(write.auth), req, now_ms)
+
+
+@lru_cache(maxsize=1024)
+def _ids(auth: tuple[tuple[str, str], ...]) -> tuple[Id, ...]:
+    # a connection's ids are the same on each of its writes
+    return tuple(Id(scheme, ident) for scheme, ident in auth)

@@ -1,0 +1,50 @@
+"""What a reconfig request asks, as the membership it leads to.
+
+The request names changes relative to the membership in effect at the leader
+(``add``: voters, ``observe``: observers, ``remove``); the addresses travel in
+the change (``zabd.codec.members``). Whether the change may be made is the
+core's decision (``Node.propose_membership``), not this module's.
+"""
+
+from __future__ import annotations
+
+from zabd.codec.client import ReconfigRequest
+from zabd.codec.members import decode_addresses, encode_addresses
+from zabd.protocol.membership import Membership
+
+
+class ReconfigError(ValueError):
+    """A request that names no address for a new member, or a bad one."""
+
+
+def requested(current: Membership, req: ReconfigRequest) -> Membership:
+    addresses = decode_addresses(current.extra)
+    voters, observers = set(current.voters), set(current.observers)
+    add, observe = _ids(req.add), _ids(req.observe)
+    for node, addr in (*add.items(), *observe.items()):
+        if addr:
+            if addr.count(":") < 1 or not addr.rpartition(":")[2].isdigit():
+                raise ReconfigError(f"node {node}: {addr!r} is not host:port")
+            addresses[node] = addr
+        elif node not in addresses:
+            raise ReconfigError(f"node {node} is not a member: its quorum host:port is needed")
+    for node in req.remove:
+        voters.discard(node)
+        observers.discard(node)
+        addresses.pop(node, None)
+    for node in add:
+        observers.discard(node)
+        voters.add(node)
+    for node in observe:
+        voters.discard(node)
+        observers.add(node)
+    return Membership(frozenset(voters), frozenset(observers), encode_addresses(addresses))
+
+
+def _ids(nodes: dict[str, str]) -> dict[int, str]:
+    out = {}
+    for key, addr in nodes.items():
+        if not key.isdigit() or not 1 <= int(key) <= 255:
+            raise ReconfigError(f"node id {key!r} is not one of 1..255")
+        out[int(key)] = addr
+    return out
