@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from pathlib import Path
 
@@ -161,3 +162,22 @@ async def test_an_observer_is_added_promoted_demoted_and_removed_with_a_voter_ki
 async def _role(cluster: LocalCluster, node: int, role: str) -> bool:
     st = await cluster.status(node)
     return st is not None and st["role"] == role and st["phase"] == "broadcast"
+
+
+async def test_zabd_reconfig_takes_a_whole_membership_in_steps(tmp_path: Path) -> None:
+    """``zabd reconfig --voters 1,2,4=...``: node 4 added, then node 3
+    removed, each a change of its own; the command prints both."""
+    import subprocess
+    import sys
+
+    with LocalCluster(4, base_dir=tmp_path, members=3) as cluster:
+        await cluster.wait_leader([1, 2, 3], timeout=30)
+        argv = [sys.executable, "-m", "zabd", "reconfig", "--servers", ",".join(cluster.servers[:3]), "--json",
+                "--voters", f"1,2,4=127.0.0.1:{cluster.peer_ports[4]}"]  # fmt: skip
+        out = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        lines = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [line["membership"]["voters"] for line in lines] == [[1, 2, 3, 4], [1, 2, 4]]
+        want = {"voters": [1, 2, 4], "observers": []}
+        for node in (1, 2, 4):
+            await until(f"node {node}", lambda n=node: _has(cluster, n, want))

@@ -158,6 +158,10 @@ def _member(text: str) -> tuple[int, str]:
     return int(node), addr
 
 
+def _members(text: str) -> dict[int, str]:
+    return dict(_member(item) for item in text.split(",") if item)
+
+
 def reconfig_main(argv: list[str]) -> int:
     p = _parser("zabd reconfig", "change the membership (one voter more or fewer per change; observers freely)")
     p.add_argument("--add", action="append", type=_member, default=[], metavar="ID=HOST:PEER_PORT",
@@ -165,20 +169,36 @@ def reconfig_main(argv: list[str]) -> int:
     p.add_argument("--observe", action="append", type=_member, default=[], metavar="ID[=HOST:PEER_PORT]",
                    help="make a node an observer (a member that never votes)")
     p.add_argument("--remove", action="append", type=int, default=[], metavar="ID", help="take a node out")
+    p.add_argument("--voters", type=_members, metavar="ID[=HOST:PORT],...",
+                   help="the whole membership instead: these voters (with --observers, those observers; "
+                   "made one voter at a time)")
+    p.add_argument("--observers", type=_members, default={}, metavar="ID[=HOST:PORT],...")
     args = p.parse_args(argv)
-    if not (args.add or args.observe or args.remove):
-        p.error("nothing to change: give --add, --observe or --remove")
+    if args.voters is not None and (args.add or args.observe or args.remove):
+        p.error("--voters (a whole membership) excludes --add, --observe and --remove")
+    if args.voters is None and not (args.add or args.observe or args.remove):
+        p.error("nothing to change: give --add, --observe, --remove, or --voters")
 
     async def go() -> int:
         from zabd.client.client import Client
+        from zabd.client.membership_steps import steps
 
         async with await Client.connect(
             args.servers, timeout=args.timeout, read_retry=args.retry_reads, **connect_options(args)
         ) as client:
-            z = await client.reconfig(add=dict(args.add), observe=dict(args.observe), remove=args.remove)
-            st = (await client.status()).model_dump()
-        out = {"zxid": zx.fmt(z), "membership": st.get("membership")}
-        print(json.dumps(out) if args.json else f"membership changed at {zx.fmt(z)}: {out['membership']}")
+            if args.voters is None:
+                plan: list[dict[str, Any]] = [{"add": dict(args.add), "observe": dict(args.observe),
+                                                "remove": args.remove}]  # fmt: skip
+            else:
+                m = (await client.status()).model_dump()["membership"]
+                plan = steps(set(m["voters"]), set(m["observers"]), args.voters, args.observers)
+            for kw in plan:
+                z = await client.reconfig(**kw)
+                st = (await client.status()).model_dump()
+                out = {"zxid": zx.fmt(z), "membership": st.get("membership")}
+                print(json.dumps(out) if args.json else f"membership changed at {zx.fmt(z)}: {out['membership']}")
+            if not plan:
+                print("nothing to change: the membership is already that one", file=sys.stderr)
         return 0
 
     return _run("zabd reconfig", go)
