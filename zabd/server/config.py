@@ -16,8 +16,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from zabd.codec.members import encode_addresses
-from zabd.protocol.membership import Membership
 from zabd.server.auth import TokenFileError, load_tokens
 from zabd.tls import tls_files_problem
 
@@ -260,12 +258,6 @@ class ServerConfig(BaseModel):
     @property
     def peer_ids(self) -> list[int]:
         return sorted(i for i in self.peers if i != self.id)
-
-    def initial_membership(self) -> Membership:
-        """The membership a node starts with (its log's changes override it)."""
-        observers = frozenset(self.observers)
-        members = frozenset(self.peers) - ({self.id} if self.join else set())
-        return Membership(members - observers, observers & members, encode_addresses(self.peers))
 
     def peer_addr(self, node_id: int) -> tuple[str, int]:
         return parse_hostport(self.peers[node_id])

@@ -15,9 +15,8 @@ This module wires the parts and runs their life; each part does one job:
 | ``recovery``, ``snapshots``, ``status`` | start-up, snapshots, the status answer |
 
 Inputs are handed to the core as they arrive; once per loop iteration
-``_process`` takes its effects to the pipeline, and the transport writes
-what was queued. Storage flushes run in one task (group commit) and release
-what waited on them.
+``_process`` takes its effects to the pipeline, and the transport writes what
+was queued. Storage flushes run in one task (group commit), releasing what waited.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ from zabd.server.recovery import recover
 from zabd.server.roles import RoleTracker
 from zabd.server.snapshots import Snapshotter
 from zabd.server.status import GcTimer, StatusReport, freeze_survivors
+from zabd.server.storage_factory import initial_membership
 from zabd.server.sync import SyncService
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zk_expiry import zookeeper_layer
@@ -66,7 +66,7 @@ class Replica:
         self.machine: StateMachine = machine or NullMachine()
         retry_ticks = max(1, config.sync_retry_ms // config.tick_ms)
         options = for_server(config.history_window, config.diff_limit, retry_ticks)
-        self.node = Node(config.id, config.peer_ids, config.seed, options, membership=config.initial_membership())
+        self.node = Node(config.id, config.peer_ids, config.seed, options, membership=initial_membership(config))
         self.log = get_logger("zabd.server")
         set_context(self._log_context)
         self.disk = storage if isinstance(storage, DiskStorage) else None

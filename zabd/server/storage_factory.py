@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+from zabd.codec.members import encode_addresses
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import NullMachine, StateMachine
+from zabd.protocol.membership import Membership
 from zabd.server.config import ServerConfig
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
@@ -32,6 +34,13 @@ def open_state_machine(config: ServerConfig) -> StateMachine:
     if config.state_machine == "none":
         return NullMachine()
     return KVMachine(config.zk_max_data, zookeeper_config(config))
+
+
+def initial_membership(config: ServerConfig) -> Membership:
+    """The membership a node starts with (its log's changes override it)."""
+    observers = frozenset(config.observers)
+    members = frozenset(config.peers) - ({config.id} if config.join else set())
+    return Membership(members - observers, observers & members, encode_addresses(config.peers))
 
 
 def zookeeper_config(config: ServerConfig) -> bytes:
