@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Regenerate the compose files: docker-compose.yml (3 nodes, repo root),
-deploy/docker-compose.{5,7}.yml and deploy/docker-compose.tls.yml (3 nodes,
-TLS on). Same as `zabd compose --nodes N [--tls] -o FILE`."""
+deploy/docker-compose.{5,7}.yml, deploy/docker-compose.tls.yml (3 nodes,
+TLS on) and deploy/docker-compose.grow5.yml (the 3-node cluster and two nodes
+to add live). Same as `zabd compose --nodes N [--tls] -o FILE`."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ if __name__ == "__main__":
         (5, root / "deploy/docker-compose.5.yml", []),
         (7, root / "deploy/docker-compose.7.yml", []),
         (3, root / "deploy/docker-compose.tls.yml", ["--tls"]),
+        (5, root / "deploy/docker-compose.grow5.yml", ["--members", "3"]),
     ):
         # the build context is the repository root, as seen from the file's folder
         context = os.path.relpath(root, path.parent)

@@ -27,6 +27,7 @@ from kazoo.client import KazooClient
 
 from zabd.client.client import Client, ZabdError
 from zabd.codec.client import NodeStatus
+from zabd.server.compose import CLIENT_PORT, PEER_PORT
 
 pytestmark = pytest.mark.docker
 T = TypeVar("T")
@@ -111,7 +112,8 @@ def project(n: int, file: Path | None = None, env: dict[str, str] | None = None)
         yield p
     finally:
         # everything this project created: containers, its network, its volumes
-        subprocess.run([*p.base, "down", "-v", "-t", "5"], capture_output=True, timeout=180, env=p.env)
+        subprocess.run([*p.base, "down", "-v", "-t", "5", "--remove-orphans"], capture_output=True, timeout=180,
+                       env=p.env)
 
 
 async def _status(addr: str) -> NodeStatus | None:
@@ -265,3 +267,43 @@ async def test_the_tls_variant_elects_writes_and_refuses_plaintext(tmp_path: Pat
         with pytest.raises((ZabdError, OSError, TimeoutError)):
             async with await Client.connect(p.servers[0], timeout=2.0, read_retry=0) as c:
                 await c.status()
+
+
+async def test_the_three_node_cluster_grows_to_five_live() -> None:
+    """deploy/docker-compose.grow5.yml in the running 3-node project: ``up -d``
+    of the two new services, then one ``zabd reconfig --voters ...`` inside
+    zabd1, and the five serve the writes made before and after."""
+    reason = _skip_reason(5)
+    if reason is not None:
+        pytest.skip(reason)
+    with project(3) as p:
+        await _leader(p, [1, 2, 3])
+        async with await Client.connect(p.servers[0], timeout=5.0) as c:
+            await c.put("before", b"3 nodes", retry_for=20)
+        grow = [*p.base[:-1], str(ROOT / "deploy/docker-compose.grow5.yml")]
+        five = [f"127.0.0.1:{HOST_BASE + i}" for i in range(1, 6)]
+        try:
+            up = subprocess.run([*grow, "up", "-d", "--build", "zabd4", "zabd5"], capture_output=True, text=True,
+                                timeout=UP_TIMEOUT, env=p.env)  # fmt: skip
+            assert up.returncode == 0, up.stderr[-2000:]
+            members = ",".join(f"zabd{i}:{CLIENT_PORT}" for i in (1, 2, 3))  # the leader takes it
+            cmd = [*grow, "exec", "-T", "zabd1", "zabd", "reconfig", "--servers", members,
+                   "--voters", f"1,2,3,4=zabd4:{PEER_PORT},5=zabd5:{PEER_PORT}"]  # fmt: skip
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=p.env)
+            assert out.returncode == 0, out.stderr[-2000:]
+
+            async def five_voters() -> bool | None:
+                sts = [await _status(addr) for addr in five]
+                ok = all(st is not None and st.model_dump().get("membership", {}).get("voters") == [1, 2, 3, 4, 5]
+                         and st.phase == "broadcast" for st in sts)  # fmt: skip
+                return True if ok else None
+
+            await _until("five voters on every node", five_voters)
+            async with await Client.connect(five[0], timeout=5.0) as c:
+                await c.put("after", b"5 nodes", retry_for=20)
+            async with await Client.connect(five[4], timeout=5.0) as c:
+                await c.sync(retry_for=20)
+                assert ((await c.get("before")).value, (await c.get("after")).value) == (b"3 nodes", b"5 nodes")
+        finally:
+            subprocess.run([*grow, "down", "-v", "-t", "5", "--remove-orphans"], capture_output=True, timeout=180,
+                           env=p.env)  # fmt: skip
