@@ -22,7 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_PYTHON = ROOT / ".kazoo-venv" / "bin" / "python"
 # class of kazoo's tests -> why zabd does not pass it (yet)
 EXCEPTED = {
-    "TestReconfig": "ZooKeeper's reconfig opcode is not served yet (zabd reconfig is; issue 19)",
     "TestSASLDigestAuthentication": "SASL is not served (digest auth through addauth is)",
     "TestLegacySASLDigestAuthentication": "SASL is not served (digest auth through addauth is)",
 }

@@ -138,23 +138,25 @@ async def test_an_observer_is_added_promoted_demoted_and_removed_with_a_voter_ki
     with LocalCluster(4, base_dir=tmp_path, storage="disk", members=3) as cluster:
         await cluster.wait_leader([1, 2, 3], timeout=30)
         addr4 = f"127.0.0.1:{cluster.peer_ports[4]}"
-        async with await Client.connect(cluster.servers, timeout=10) as c:
-            steps: list[tuple[dict[str, object], dict[str, object], str | None]] = [
-                ({"observe": {4: addr4}}, {"voters": [1, 2, 3], "observers": [4]}, "observing"),
-                ({"add": {4: ""}}, {"voters": [1, 2, 3, 4], "observers": []}, "following"),
-                ({"remove": [2]}, {"voters": [1, 3, 4], "observers": []}, None),
-                ({"observe": {4: ""}}, {"voters": [1, 3], "observers": [4]}, "observing"),
-                ({"remove": [4]}, {"voters": [1, 3], "observers": []}, None),
-            ]
-            for i, (kw, want, role4) in enumerate(steps):
-                if i == 2:
-                    cluster.kill(2)  # removed while down: the three others are a majority of four
+        # one client per step: one on a node killed below must not carry on
+        steps: list[tuple[dict[str, object], dict[str, object], str | None]] = [
+            ({"observe": {4: addr4}}, {"voters": [1, 2, 3], "observers": [4]}, "observing"),
+            ({"add": {4: ""}}, {"voters": [1, 2, 3, 4], "observers": []}, "following"),
+            ({"remove": [2]}, {"voters": [1, 3, 4], "observers": []}, None),
+            ({"observe": {4: ""}}, {"voters": [1, 3], "observers": [4]}, "observing"),
+            ({"remove": [4]}, {"voters": [1, 3], "observers": []}, None),
+        ]
+        for i, (kw, want, role4) in enumerate(steps):
+            if i == 2:
+                cluster.kill(2)  # removed while down: the three others are a majority of four
+            live = [cluster.client_addr(n) for n in (1, 2, 3, 4) if cluster.alive(n)]
+            async with await Client.connect(live, timeout=10) as c:
                 await c.reconfig(**kw)  # type: ignore[arg-type]
-                for node in want["voters"]:  # type: ignore[attr-defined]
-                    await until(f"step {i}: node {node}", lambda n=node, w=want: _has(cluster, n, w))
-                if role4 is not None:
-                    await until(f"step {i}: node 4 {role4}", lambda r=role4: _role(cluster, 4, r))
                 await c.put(f"after-{i}", b"v", retry_for=20)
+            for node in want["voters"]:  # type: ignore[attr-defined]
+                await until(f"step {i}: node {node}", lambda n=node, w=want: _has(cluster, n, w))
+            if role4 is not None:
+                await until(f"step {i}: node 4 {role4}", lambda r=role4: _role(cluster, 4, r))
         st = await cluster.status(4)
         assert st is not None and 4 not in st["membership"]["voters"] + st["membership"]["observers"]
 

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 
+from zabd.codec.members import decode_specs, zookeeper_config
 from zabd.codec.zk_txn import ZK_MAGIC
 from zabd.kv.machine import record_change
 from zabd.kv.store import KVLeader, KVStore, Result
@@ -32,6 +33,7 @@ from zabd.kv.zk.prep import DEFAULT_MAX_DATA, ZKLeader
 from zabd.kv.zk.records import WriteResult
 from zabd.kv.zk.tree import Applied, DataTree
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
+from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.messages import Txn
 
 # 0xc1 is never the first byte of a msgpack value, so no KV payload is mistaken
@@ -108,8 +110,19 @@ class KVMachine:
                     self.zk_applied(txn.zxid, applied)
         elif p.startswith(MEMBERSHIP_MAGIC):
             record_change(self.membership_changes, txn)
+            self._config_from(txn.zxid, p)
         self.store.applied = txn.zxid
         return result
+
+    def _config_from(self, zxid: int, payload: bytes) -> None:
+        """ZooKeeper's ``/zookeeper/config`` after the change at ``zxid``."""
+        m = decode_membership(payload)
+        if m is not None:
+            try:
+                specs = decode_specs(m.extra)
+            except ValueError:
+                specs = {}
+            self.zk.set_config(zookeeper_config(m.voters, m.observers, specs, zxid), zxid)
 
     def result(self, zxid: int) -> Result | None:
         """The result of the KV txn at ``zxid``, if still kept here."""
@@ -139,7 +152,9 @@ class KVMachine:
             self.zk = DataTree.restore(data[start:])
         elif data:
             self.store.restore(data)
-        if self.zk_config:
+        if self.membership_changes:
+            self._config_from(*self.membership_changes[-1])
+        elif self.zk_config:
             self.zk.set_config(self.zk_config)
         self.leader = KVLeader(self.store)
         self.zk_leader = ZKLeader(self.zk, self.zk_max_data)

@@ -19,6 +19,7 @@ from zabd.codec.framing import frame
 from zabd.codec.zk_msgpack import MsgpackWire, decode_request
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
+from zabd.protocol.node import LEADING
 from zabd.server.applier import Applier, Watches
 from zabd.server.auth import RO, RW, Authenticator
 from zabd.server.client_session import ClientSession
@@ -132,8 +133,14 @@ class ClientService:
             session.hang_up()
 
     def _reconfig(self, session: ClientSession, req: schema.ReconfigRequest) -> None:
+        node = self.proposals.node
+        if node.role != LEADING:  # zabd's client moves on to the leader (a forwarded removal of the
+            # leader would be answered "outcome unknown" by a follower that elects before it hears back)
+            session.answer(schema.error_frame(req.id, schema.NO_LEADER, "membership changes are made at the leader",
+                                              node.leader))  # fmt: skip
+            return
         try:
-            new = requested(self.proposals.node.membership, req)
+            new = requested(node.membership, req)
         except ReconfigError as exc:
             session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, str(exc)))
             return

@@ -29,6 +29,8 @@ from zabd.kv.store import OK
 from zabd.protocol import zxid as zx
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import Membership, MembershipError
+from zabd.protocol.membership import decode as decode_membership
+from zabd.protocol.membership import encode as encode_membership
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 from zabd.server.client_session import ClientSession, Slot
@@ -42,6 +44,7 @@ KV = 1
 SYNC = 2
 ZK = 3  # a ZooKeeper session's write; answered by the ZooKeeper session layer's Answerer
 ZK_SYNC = 4  # a ZooKeeper session's sync
+ZK_RECONFIG = 5  # a ZooKeeper session's reconfig
 
 
 class LocalReply(NamedTuple):
@@ -101,7 +104,7 @@ class ProposalPath:
         self.node = node
         latency = latency or {}
         write, sync = latency.get("write"), latency.get("sync")
-        self._latency = (write, write, sync, write, sync)  # by kind: RAW, KV, SYNC, ZK, ZK_SYNC
+        self._latency = (write, write, sync, write, sync, write)  # by kind: RAW, KV, SYNC, ZK, ZK_SYNC, ZK_RECONFIG
         self.kv = machine if isinstance(machine, KVMachine) else None
         self.links = links
         self.position = applied
@@ -124,7 +127,9 @@ class ProposalPath:
         """A client write read from ``session``."""
         kind = RAW if type(write) is bytes else ZK if type(write) is wire.ZKWrite else KV
         reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
-        if kind != RAW and self.kv is None:
+        if type(write) is bytes and write.startswith(MEMBERSHIP_MAGIC):
+            self._fail(reply, schema.BAD_REQUEST, "raw payloads may not begin like a membership change")
+        elif kind != RAW and self.kv is None:
             self._fail(reply, schema.UNSUPPORTED, "this server runs without a KV state machine")
         elif self.stopping:
             self._fail(reply, schema.SHUTTING_DOWN, "server shutting down")
@@ -142,19 +147,16 @@ class ProposalPath:
             self.admit.append((write, None))
         return True
 
-    def submit_membership(self, session: ClientSession, rid: int, new: Membership) -> None:
+    def submit_membership(self, session: ClientSession, rid: int, new: Membership, kind: int = RAW) -> None:
         """A membership change: the leader's core decides whether it may be
-        made now (zabd.protocol.membership); a follower refers the client to
-        the leader. Answered, like a raw write, once applied here."""
-        reply = LocalReply(session, session.open_slot(), rid, RAW, monotonic())
-        try:
-            z = self.node.propose_membership(new, self.links.now())
-        except NotLeader:
-            self._fail(reply, schema.NO_LEADER, "membership changes are made at the leader", self.node.leader)
-        except MembershipError as exc:
-            self._fail(reply, schema.BAD_REQUEST, str(exc))
+        made now (zabd.protocol.membership); a follower forwards it. Answered
+        (a raw write's answer, or ``answers[kind]``'s) once applied here."""
+        reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
+        payload = encode_membership(new)
+        if self.node.role == LEADING:
+            self._at_leader(payload, reply)
         else:
-            self.pending.append((z, reply))
+            self._forward(reply, lambda fid: frame((wire.TAG_FORWARD, fid, payload)))
 
     def sync(self, session: ClientSession, rid: int, kind: int = SYNC) -> None:
         """Answer once this replica applied the leader's commit point as of
@@ -232,9 +234,8 @@ class ProposalPath:
         node = self.node
         try:
             if type(write) is bytes:
-                if write.startswith(MEMBERSHIP_MAGIC):
-                    self._fail(reply, schema.BAD_REQUEST, "raw payloads may not begin like a membership change")
-                    return True
+                if write.startswith(MEMBERSHIP_MAGIC):  # from this node's or a peer's membership path only
+                    return self._propose_membership(write, reply)
                 z = node.propose(write, self.links.now())
             elif type(write) is wire.ZKWrite:
                 assert self.kv is not None
@@ -254,6 +255,15 @@ class ProposalPath:
             self._fail(reply, schema.NO_LEADER, "the leader is not ready; retry")
             return True
         self.pending.append((z, reply))
+        return True
+
+    def _propose_membership(self, payload: bytes, reply: Reply) -> bool:
+        try:
+            z = self.node.propose_membership(decode_membership(payload) or self.node.membership, self.links.now())
+        except MembershipError as exc:
+            self._fail(reply, schema.BAD_REQUEST, str(exc))
+        else:
+            self.pending.append((z, reply))
         return True
 
     def machine_ready(self) -> bool:

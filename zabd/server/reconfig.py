@@ -9,7 +9,7 @@ core's decision (``Node.propose_membership``), not this module's.
 from __future__ import annotations
 
 from zabd.codec.client import ReconfigRequest
-from zabd.codec.members import decode_addresses, encode_addresses
+from zabd.codec.members import decode_addresses, encode_addresses, quorum_address
 from zabd.protocol.membership import Membership
 
 
@@ -23,7 +23,8 @@ def requested(current: Membership, req: ReconfigRequest) -> Membership:
     add, observe = _ids(req.add), _ids(req.observe)
     for node, addr in (*add.items(), *observe.items()):
         if addr:
-            if addr.count(":") < 1 or not addr.rpartition(":")[2].isdigit():
+            host, _, port = quorum_address(addr).rpartition(":")
+            if not host or not port.isdigit():
                 raise ReconfigError(f"node {node}: {addr!r} is not host:port")
             addresses[node] = addr
         elif node not in addresses:

@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from zabd.codec.members import encode_addresses
+from zabd.codec.members import decode_specs, encode_addresses
+from zabd.codec.members import zookeeper_config as members_config
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol.membership import Membership
@@ -45,12 +46,6 @@ def initial_membership(config: ServerConfig) -> Membership:
 
 def zookeeper_config(config: ServerConfig) -> bytes:
     """ZooKeeper's ``/zookeeper/config`` of the configured ensemble, as a static
-    ZooKeeper 3.8 ensemble shows it (``server.N=host:quorum:election:role``,
-    here the one peer port twice, then ``version=0``)."""
-    lines = []
-    for node_id in sorted(config.peers):
-        host, port = config.peer_addr(node_id)
-        role = "observer" if node_id in config.observers else "participant"
-        lines.append(f"server.{node_id}={host}:{port}:{port}:{role}")
-    lines.append("version=0")
-    return "\n".join(lines).encode()
+    ZooKeeper 3.8 ensemble shows it (``version=0``)."""
+    m = initial_membership(config)
+    return members_config(m.voters, m.observers, decode_specs(m.extra), 0)

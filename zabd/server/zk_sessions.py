@@ -12,8 +12,7 @@ server's (``zabd.kv.zk.watches``), fired as each txn is applied here, before
 the answer to any later request. ``zabd.server.zk_expiry`` keeps sessions
 alive and ends them.
 
-The bytes are a ``ZKWire``'s: zabd's msgpack frames on the client port today,
-ZooKeeper's jute on its own port later; this module only sees records.
+The bytes are a ``ZKWire``'s (zabd's msgpack, or ZooKeeper's jute on its port): only records here.
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ from zabd.kv.zk.watches import WatchKind, WatchManager
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ZK, ZK_SYNC, LocalReply, ProposalPath
 from zabd.server.zk_conn import ZKConn, ZKWire, result_code, wire_write
+from zabd.server.zk_reconfig import ZKReconfig
 
 
 class ZKSessions:
@@ -88,9 +88,9 @@ class ZKSessions:
         self.read_only_mode = read_only_mode
         self.on_created: Callable[[int, int], None] | None = None  # (session, timeout): the leader tracks it
         self.on_closed: Callable[[int], None] | None = None
+        self.reconfig = ZKReconfig(machine, proposals)
         self._sync_paths: dict[tuple[int, int], str] = {}
-        machine.zk_applied = self.applied
-        machine.zk_restored = self.restored
+        machine.zk_applied, machine.zk_restored = self.applied, self.restored
         proposals.answers[ZK] = self
         proposals.answers[ZK_SYNC] = _SyncAnswers(self)
 
@@ -231,7 +231,7 @@ class ZKSessions:
             ids = [(i.scheme, i.id.split(":", 1)[0]) for i in conn.auth]  # a digest's user, an ip
             io.open_slot(lambda: conn.wire.reply(xid, self.machine.zk.applied, Code.OK, WhoAmIResult(ids)))
         elif isinstance(req, Reconfig):
-            io.answer(conn.wire.reply(xid, 0, Code.RECONFIG_DISABLED, None))
+            self.reconfig.request(conn, io, xid, req)
         elif isinstance(req, CloseSession):
             conn.closing = True
             self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req))

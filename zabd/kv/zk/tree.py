@@ -230,14 +230,15 @@ class DataTree:
             if path != "/":
                 self._link(path)
 
-    def set_config(self, data: bytes) -> None:
+    def set_config(self, data: bytes, zxid: int = 0) -> None:
         """``/zookeeper/config``: the ensemble as this server is configured,
         in ZooKeeper's format. ZooKeeper sets it locally, not through its log,
         and so does this: every replica is configured alike, so their trees
         (and digests) agree. Stat as ZooKeeper's for a static ensemble
-        (version -1, aversion -1), but with mtime 0 instead of the start time."""
+        (version -1, aversion -1), but with mtime 0 instead of the start time.
+        A membership change sets it through the log (``zxid``: the change's)."""
         path = "/zookeeper/config"
-        self._put(path, ZNode.make(data, self.nodes[path].acl, 0, 0, 0, 0, 0, -1, 0, -1, 0, None))
+        self._put(path, ZNode.make(data, self.nodes[path].acl, 0, zxid, 0, 0, 0, -1, 0, -1, 0, None))
 
     # ------------------------------------------------------------ internals
 

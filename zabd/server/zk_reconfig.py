@@ -1,0 +1,106 @@
+"""ZooKeeper's ``reconfig`` on its client port, as a zabd membership change.
+
+As ZooKeeper 3.8 answers it, in its order: what does not parse is
+``BadArguments``, a ``cur_config_id`` other than -1 must be the version in
+effect (``BadVersion``), and only a superuser may (``NoAuth``). ``joining``
+takes ``server.N=host:quorum:election[:role][;client]`` specs and ``leaving``
+ids (comma-separated), ``new_members`` a whole list of specs; a change the
+core refuses (two voters at once) is ``BadArguments`` too. The answer is
+``/zookeeper/config`` once the change is applied here, holding the joining
+specs as given.
+"""
+
+from __future__ import annotations
+
+from zabd.codec.client import ReconfigRequest
+from zabd.codec.members import decode_specs
+from zabd.kv.kvmachine import KVMachine
+from zabd.kv.zk.errors import Code
+from zabd.kv.zk.records import DataResult, Reconfig
+from zabd.protocol.membership import Membership
+from zabd.server.client_session import ClientSession
+from zabd.server.proposals import ZK_RECONFIG, LocalReply, ProposalPath
+from zabd.server.reconfig import ReconfigError, requested
+from zabd.server.zk_conn import ZKConn, ZKWire
+
+CONFIG = "/zookeeper/config"
+
+
+class ZKReconfig:
+    def __init__(self, machine: KVMachine, proposals: ProposalPath) -> None:
+        self.machine = machine
+        self.proposals = proposals
+        self.waiting: dict[tuple[int, int], ZKWire] = {}  # (connection, xid) -> its wire
+        proposals.answers[ZK_RECONFIG] = self
+
+    def request(self, conn: ZKConn, io: ClientSession, xid: int, req: Reconfig) -> None:
+        # ZooKeeper 3.8's order (kazoo's TestReconfig relies on it): the
+        # request must read, then be of the version in effect, then be a superuser's
+        node = self.proposals.node
+        err = Code.OK
+        try:
+            _specs(req.new_members or req.joining or "")  # it reads (ids in range or not)
+            [int(x) for x in (req.leaving or "").split(",") if x.strip()]
+        except ValueError:
+            err = Code.BAD_ARGUMENTS
+        if err == Code.OK and req.cur_config_id not in (-1, node.membership_zxid):
+            err = Code.BAD_VERSION
+        if err == Code.OK and not any(a.scheme == "super" for a in conn.auth):
+            err = Code.NO_AUTH
+        try:
+            new = _membership(node.membership, req) if err == Code.OK else None
+        except ValueError:
+            err = Code.BAD_ARGUMENTS
+        if new is None or err != Code.OK:
+            io.answer(conn.wire.reply(xid, 0, err, None))
+            return
+        self.waiting[(id(io), xid)] = conn.wire
+        self.proposals.submit_membership(io, xid, new, ZK_RECONFIG)
+
+    def ok(self, reply: LocalReply, zxid: int) -> bytes:
+        wire = self.waiting.pop((id(reply.session), reply.rid), None)
+        tree = self.machine.zk
+        node, stat = tree.nodes.get(CONFIG), tree.stat(CONFIG)
+        if wire is None or node is None or stat is None:
+            return b""
+        return wire.reply(reply.rid, zxid, Code.OK, DataResult(node.data, stat))
+
+    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
+        wire = self.waiting.pop((id(reply.session), reply.rid), None)
+        if wire is None:
+            return b""
+        # refused by the core (bad_request) or not made (no leader): ZooKeeper's nearest codes
+        err = Code.BAD_ARGUMENTS if code == "bad_request" else Code.RECONFIG_IN_PROGRESS
+        return wire.reply(reply.rid, 0, err, None)
+
+
+def _membership(current: Membership, req: Reconfig) -> Membership:
+    add: dict[str, str] = {}
+    observe: dict[str, str] = {}
+    if req.new_members:
+        wanted = _specs(req.new_members)
+        remove = [n for n in sorted(current.members) if str(n) not in wanted]
+        specs = wanted
+    else:
+        specs = _specs(req.joining or "")
+        remove = [int(x) for x in (req.leaving or "").split(",") if x.strip()]
+    for node, spec in specs.items():
+        role = spec.split(";")[0].split(":")[3:4]
+        (observe if role == ["observer"] else add)[node] = spec
+    if not (add or observe or remove):
+        raise ReconfigError("no change")
+    return requested(current, ReconfigRequest(id=0, add=add, observe=observe, remove=remove))
+
+
+def _specs(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.replace("\n", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, spec = item.partition("=")
+        if not sep or not key.startswith("server.") or not key[7:].isdigit():
+            raise ReconfigError(f"not a server spec: {item!r}")
+        decode_specs(f"{key[7:]}={spec}".encode())  # its quorum host:port must read
+        out[key[7:]] = spec
+    return out
