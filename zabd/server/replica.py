@@ -340,7 +340,7 @@ class Replica:
         while True:
             await wanted.wait()
             wanted.clear()
-            while self.pipeline.unflushed:
+            while self.pipeline.unflushed and not self._stopping:  # shutdown flushes the rest itself
                 target = self.pipeline.written
                 t0 = time.monotonic()
                 try:
