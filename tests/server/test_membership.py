@@ -55,13 +55,12 @@ async def test_three_to_seven_to_three_voters_under_writes_removing_the_leader(t
 
         task = asyncio.create_task(writer())
         try:
-            await _changes(cluster, leader, acked)
+            left = await _changes(cluster, leader, acked)
         finally:
             stop.set()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        left = _left
         assert len(acked) > 100
         async with await Client.connect([cluster.client_addr(i) for i in left], timeout=10) as reader:
             await reader.sync()
@@ -78,38 +77,35 @@ async def test_three_to_seven_to_three_voters_under_writes_removing_the_leader(t
         await until("the restarted node follows again", lambda: _serving(cluster, restarted))
 
 
-_left: list[int] = []
+async def _changes(cluster: LocalCluster, leader: int, acked: list[str]) -> list[int]:
+    """The changes, 3 -> 7 -> 3 voters; the voters left at the end."""
+    async with await Client.connect(cluster.servers, timeout=10) as admin:
 
+        async def change(**kw: object) -> None:
+            await admin.reconfig(**kw)  # type: ignore[arg-type]
 
-async def _changes(cluster: LocalCluster, leader: int, acked: list[str]) -> None:
-    if True:
-        async with await Client.connect(cluster.servers, timeout=10) as admin:
-
-            async def change(**kw: object) -> None:
-                await admin.reconfig(**kw)  # type: ignore[arg-type]
-
-            for node in (4, 5, 6, 7):
-                await change(add={node: f"127.0.0.1:{cluster.peer_ports[node]}"})
-                await until(f"node {node} follows", lambda n=node: _follows(cluster, n))
-            want = {"voters": [1, 2, 3, 4, 5, 6, 7], "observers": []}
-            for node in range(1, 8):
-                await until(f"node {node} has 7 voters", lambda n=node: _has(cluster, n, want))
-            # the leader goes first: it commits its removal, then hands over
-            await change(remove=[leader])
-            left = [i for i in range(1, 8) if i != leader]
-            new_leader = await cluster.wait_leader(left, timeout=30)
-            assert new_leader != leader
-            for gone in [i for i in left if i != new_leader][:3]:
-                await change(remove=[gone])
-                left.remove(gone)
-            want = {"voters": left, "observers": []}
-            for node in left:
-                await until(f"node {node} has voters {left}", lambda n=node: _has(cluster, n, want))
-            with pytest.raises(ZabdError, match="2 voters at once"):
-                await admin.reconfig(remove=left[:2])
-            _left[:] = left
-        start = len(acked)
-        await until("writes after the last change", lambda: _at_least(acked, start + 20), timeout=30)
+        for node in (4, 5, 6, 7):
+            await change(add={node: f"127.0.0.1:{cluster.peer_ports[node]}"})
+            await until(f"node {node} follows", lambda n=node: _follows(cluster, n))
+        want = {"voters": [1, 2, 3, 4, 5, 6, 7], "observers": []}
+        for node in range(1, 8):
+            await until(f"node {node} has 7 voters", lambda n=node: _has(cluster, n, want))
+        # the leader goes first: it commits its removal, then hands over
+        await change(remove=[leader])
+        left = [i for i in range(1, 8) if i != leader]
+        new_leader = await cluster.wait_leader(left, timeout=30)
+        assert new_leader != leader
+        for gone in [i for i in left if i != new_leader][:3]:
+            await change(remove=[gone])
+            left.remove(gone)
+        want = {"voters": left, "observers": []}
+        for node in left:
+            await until(f"node {node} has voters {left}", lambda n=node: _has(cluster, n, want))
+        with pytest.raises(ZabdError, match="2 voters at once"):
+            await admin.reconfig(remove=left[:2])
+    start = len(acked)
+    await until("writes after the last change", lambda: _at_least(acked, start + 20), timeout=30)
+    return left
 
 
 async def _follows(cluster: LocalCluster, node: int) -> bool:

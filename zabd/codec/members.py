@@ -38,7 +38,9 @@ def decode_addresses(data: bytes) -> dict[int, str]:
     return {node: quorum_address(spec) for node, spec in decode_specs(data).items()}
 
 
-def zookeeper_config(voters: frozenset[int], observers: frozenset[int], specs: dict[int, str], version: int) -> bytes:
+def zookeeper_config_text(
+    voters: frozenset[int], observers: frozenset[int], specs: dict[int, str], version: int
+) -> bytes:
     """``/zookeeper/config`` as ZooKeeper writes it: ``server.N=host:quorum:
     election:role[;client]`` a member (a ZooKeeper spec as given; a bare
     ``host:port`` as its one peer port twice), then ``version=`` in hex."""

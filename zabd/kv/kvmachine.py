@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 
-from zabd.codec.members import decode_specs, zookeeper_config
+from zabd.codec.members import decode_specs, zookeeper_config_text
 from zabd.codec.zk_txn import ZK_MAGIC
 from zabd.kv.machine import record_change
 from zabd.kv.store import KVLeader, KVStore, Result
@@ -122,7 +122,7 @@ class KVMachine:
                 specs = decode_specs(m.extra)
             except ValueError:
                 specs = {}
-            self.zk.set_config(zookeeper_config(m.voters, m.observers, specs, zxid), zxid)
+            self.zk.set_config(zookeeper_config_text(m.voters, m.observers, specs, zxid), zxid)
 
     def result(self, zxid: int) -> Result | None:
         """The result of the KV txn at ``zxid``, if still kept here."""

@@ -24,7 +24,7 @@ from zabd.server.applier import Applier, Watches
 from zabd.server.auth import RO, RW, Authenticator
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
-from zabd.server.reconfig import ReconfigError, requested
+from zabd.server.reconfig import ReconfigError, node_ids, requested
 from zabd.server.zk_sessions import ZKSessions
 from zabd.storage.base import PurgedError
 
@@ -140,7 +140,7 @@ class ClientService:
                                               node.leader))  # fmt: skip
             return
         try:
-            new = requested(node.membership, req)
+            new = requested(node.membership, node_ids(req.add), node_ids(req.observe), req.remove)
         except ReconfigError as exc:
             session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, str(exc)))
             return

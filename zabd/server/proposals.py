@@ -139,8 +139,7 @@ class ProposalPath:
             self._forward(reply, lambda fid: frame((wire.TAG_FORWARD, fid, write)))
 
     def submit_internal(self, write: wire.ZKWrite) -> bool:
-        """A write of the leader's own (a session expiry, a container's
-        cleanup) that nobody waits for; False if this node does not lead."""
+        """The leader's own write (an expiry, a cleanup); False if not leading."""
         if self.stopping or self.node.role != LEADING or not self.node.synced:
             return False
         if self.admit or len(self.pending) >= self.max_inflight or not self._propose(write, None):
@@ -148,9 +147,7 @@ class ProposalPath:
         return True
 
     def submit_membership(self, session: ClientSession, rid: int, new: Membership, kind: int = RAW) -> None:
-        """A membership change: the leader's core decides whether it may be
-        made now (zabd.protocol.membership); a follower forwards it. Answered
-        (a raw write's answer, or ``answers[kind]``'s) once applied here."""
+        """A membership change for the leader's core; answered as ``kind`` says once applied here."""
         reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
         payload = encode_membership(new)
         if self.node.role == LEADING:
@@ -258,8 +255,11 @@ class ProposalPath:
         return True
 
     def _propose_membership(self, payload: bytes, reply: Reply) -> bool:
+        new = decode_membership(payload)  # this node's or a peer's: never a client's raw bytes
         try:
-            z = self.node.propose_membership(decode_membership(payload) or self.node.membership, self.links.now())
+            if new is None:
+                raise MembershipError("a malformed membership change")
+            z = self.node.propose_membership(new, self.links.now())
         except MembershipError as exc:
             self._fail(reply, schema.BAD_REQUEST, str(exc))
         else:

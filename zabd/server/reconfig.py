@@ -8,8 +8,7 @@ core's decision (``Node.propose_membership``), not this module's.
 
 from __future__ import annotations
 
-from zabd.codec.client import ReconfigRequest
-from zabd.codec.members import decode_addresses, encode_addresses, quorum_address
+from zabd.codec.members import decode_specs, encode_addresses, quorum_address
 from zabd.protocol.membership import Membership
 
 
@@ -17,11 +16,14 @@ class ReconfigError(ValueError):
     """A request that names no address for a new member, or a bad one."""
 
 
-def requested(current: Membership, req: ReconfigRequest) -> Membership:
-    addresses = decode_addresses(current.extra)
+def requested(current: Membership, add: dict[int, str], observe: dict[int, str], remove: list[int]) -> Membership:
+    """``add`` voters and ``observe`` observers (id -> spec, "" for a
+    member's own), ``remove`` ids: the membership that leads to."""
+    addresses = decode_specs(current.extra)  # as given: ZooKeeper's clients read them back
     voters, observers = set(current.voters), set(current.observers)
-    add, observe = _ids(req.add), _ids(req.observe)
     for node, addr in (*add.items(), *observe.items()):
+        if not 1 <= node <= 255:
+            raise ReconfigError(f"node id {node} is not one of 1..255")
         if addr:
             host, _, port = quorum_address(addr).rpartition(":")
             if not host or not port.isdigit():
@@ -29,7 +31,7 @@ def requested(current: Membership, req: ReconfigRequest) -> Membership:
             addresses[node] = addr
         elif node not in addresses:
             raise ReconfigError(f"node {node} is not a member: its quorum host:port is needed")
-    for node in req.remove:
+    for node in remove:
         voters.discard(node)
         observers.discard(node)
         addresses.pop(node, None)
@@ -42,10 +44,11 @@ def requested(current: Membership, req: ReconfigRequest) -> Membership:
     return Membership(frozenset(voters), frozenset(observers), encode_addresses(addresses))
 
 
-def _ids(nodes: dict[str, str]) -> dict[int, str]:
+def node_ids(nodes: dict[str, str]) -> dict[int, str]:
+    """A request's ``add``/``observe`` keys (decimal strings) as node ids."""
     out = {}
     for key, addr in nodes.items():
-        if not key.isdigit() or not 1 <= int(key) <= 255:
+        if not key.isdigit():
             raise ReconfigError(f"node id {key!r} is not one of 1..255")
         out[int(key)] = addr
     return out

@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-from zabd.codec.members import decode_specs, encode_addresses
-from zabd.codec.members import zookeeper_config as members_config
+from zabd.codec.members import decode_specs, encode_addresses, zookeeper_config_text
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol.membership import Membership
@@ -48,4 +47,4 @@ def zookeeper_config(config: ServerConfig) -> bytes:
     """ZooKeeper's ``/zookeeper/config`` of the configured ensemble, as a static
     ZooKeeper 3.8 ensemble shows it (``version=0``)."""
     m = initial_membership(config)
-    return members_config(m.voters, m.observers, decode_specs(m.extra), 0)
+    return zookeeper_config_text(m.voters, m.observers, decode_specs(m.extra), 0)

@@ -12,7 +12,6 @@ specs as given.
 
 from __future__ import annotations
 
-from zabd.codec.client import ReconfigRequest
 from zabd.codec.members import decode_specs
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.zk.errors import Code
@@ -37,22 +36,21 @@ class ZKReconfig:
         # ZooKeeper 3.8's order (kazoo's TestReconfig relies on it): the
         # request must read, then be of the version in effect, then be a superuser's
         node = self.proposals.node
-        err = Code.OK
         try:
-            _specs(req.new_members or req.joining or "")  # it reads (ids in range or not)
-            [int(x) for x in (req.leaving or "").split(",") if x.strip()]
+            specs, leaving = _parse(req)
         except ValueError:
-            err = Code.BAD_ARGUMENTS
-        if err == Code.OK and req.cur_config_id not in (-1, node.membership_zxid):
-            err = Code.BAD_VERSION
-        if err == Code.OK and not any(a.scheme == "super" for a in conn.auth):
-            err = Code.NO_AUTH
+            io.answer(conn.wire.reply(xid, 0, Code.BAD_ARGUMENTS, None))
+            return
+        if req.cur_config_id not in (-1, node.membership_zxid):
+            io.answer(conn.wire.reply(xid, 0, Code.BAD_VERSION, None))
+            return
+        if not any(a.scheme == "super" for a in conn.auth):
+            io.answer(conn.wire.reply(xid, 0, Code.NO_AUTH, None))
+            return
         try:
-            new = _membership(node.membership, req) if err == Code.OK else None
-        except ValueError:
-            err = Code.BAD_ARGUMENTS
-        if new is None or err != Code.OK:
-            io.answer(conn.wire.reply(xid, 0, err, None))
+            new = _membership(node.membership, specs, leaving, whole=bool(req.new_members))
+        except ValueError:  # an id out of range, a new member without an address, no change
+            io.answer(conn.wire.reply(xid, 0, Code.BAD_ARGUMENTS, None))
             return
         self.waiting[(id(io), xid)] = conn.wire
         self.proposals.submit_membership(io, xid, new, ZK_RECONFIG)
@@ -74,33 +72,30 @@ class ZKReconfig:
         return wire.reply(reply.rid, 0, err, None)
 
 
-def _membership(current: Membership, req: Reconfig) -> Membership:
-    add: dict[str, str] = {}
-    observe: dict[str, str] = {}
-    if req.new_members:
-        wanted = _specs(req.new_members)
-        remove = [n for n in sorted(current.members) if str(n) not in wanted]
-        specs = wanted
-    else:
-        specs = _specs(req.joining or "")
-        remove = [int(x) for x in (req.leaving or "").split(",") if x.strip()]
-    for node, spec in specs.items():
-        role = spec.split(";")[0].split(":")[3:4]
-        (observe if role == ["observer"] else add)[node] = spec
-    if not (add or observe or remove):
-        raise ReconfigError("no change")
-    return requested(current, ReconfigRequest(id=0, add=add, observe=observe, remove=remove))
-
-
-def _specs(text: str) -> dict[str, str]:
-    out = {}
-    for item in text.replace("\n", ",").split(","):
+def _parse(req: Reconfig) -> tuple[dict[int, str], list[int]]:
+    """The specs named (``new_members`` or ``joining``) and the ids ``leaving``;
+    ValueError if they do not read (ids of any size: that is checked later)."""
+    specs: dict[int, str] = {}
+    for item in (req.new_members or req.joining or "").replace("\n", ",").split(","):
         item = item.strip()
         if not item:
             continue
         key, sep, spec = item.partition("=")
         if not sep or not key.startswith("server.") or not key[7:].isdigit():
-            raise ReconfigError(f"not a server spec: {item!r}")
+            raise ValueError(f"not a server spec: {item!r}")
         decode_specs(f"{key[7:]}={spec}".encode())  # its quorum host:port must read
-        out[key[7:]] = spec
-    return out
+        specs[int(key[7:])] = spec
+    return specs, [int(x) for x in (req.leaving or "").split(",") if x.strip()]
+
+
+def _membership(current: Membership, specs: dict[int, str], leaving: list[int], whole: bool) -> Membership:
+    if whole:  # new_members: everything else leaves
+        leaving = [n for n in sorted(current.members) if n not in specs]
+    add: dict[int, str] = {}
+    observe: dict[int, str] = {}
+    for node, spec in specs.items():
+        role = spec.split(";")[0].split(":")[3:4]
+        (observe if role == ["observer"] else add)[node] = spec
+    if not (add or observe or leaving):
+        raise ReconfigError("no change")
+    return requested(current, add, observe, leaving)
