@@ -11,7 +11,10 @@ is not linearizable) an explanation are written under ``--out``. Exit status
 1 when any run found a problem, 2 for a usage error. ``--workload zk`` drives
 the servers' ZooKeeper ports with kazoo (registers as znodes, sequential
 creates as appends, ephemerals that must go with their sessions) instead of
-zabd's own client port.
+zabd's own client port. ``--membership`` also changes the membership while
+the faults go on: voters added, removed (the leader too) and demoted, and
+observers added and removed, among the nodes and ``--spares`` more servers
+started with ``join = true``; the voters are put back at the end.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default="out/nemesis")
     p.add_argument("--workload", choices=("zabd", "zk"), default="zabd",
                    help="zabd: zabd's client port (default); zk: kazoo clients on the ZooKeeper port")
+    p.add_argument("--membership", action="store_true",
+                   help="also make a random membership change every --interval seconds, between the faults")
+    p.add_argument("--spares", type=int, default=2,
+                   help="with --membership: servers beyond --nodes that start outside the ensemble (default 2)")
     p.add_argument("--no-audit", action="store_true",
                    help="skip `zabd pipeline audit` of the data directories after each run (it needs Spark)")
     args = p.parse_args(argv)
@@ -60,6 +67,8 @@ def main(argv: list[str]) -> int:
         p.error(str(exc).removeprefix("invalid literal for int() with base 10: "))
     if any(not 3 <= n <= 7 for n in sizes):
         p.error(f"--nodes {args.nodes}: expected sizes in 3..7")
+    if args.membership and not 1 <= args.spares <= 4:
+        p.error(f"--spares {args.spares}: expected 1..4")
     if args.seconds < 2 * args.interval or args.interval <= 0:
         p.error(f"--seconds {args.seconds} must be at least twice --interval {args.interval}")
     from zabd.nemesis.netlab import available
@@ -73,8 +82,10 @@ def main(argv: list[str]) -> int:
     for n in sizes:
         for name in names:
             cfg = RunConfig(name, n, args.seconds, args.interval, args.quiet, seed=args.seed, out=Path(args.out),
-                            audit=not args.no_audit, workload=args.workload)
-            print(f"== {name}, {n} nodes, {args.seconds:g} s, workload {args.workload}", flush=True)
+                            audit=not args.no_audit, workload=args.workload,
+                            spares=args.spares if args.membership else 0)
+            extra = f", membership changes with {args.spares} spares" if args.membership else ""
+            print(f"== {name}, {n} nodes, {args.seconds:g} s, workload {args.workload}{extra}", flush=True)
             summaries.append(asyncio.run(run(cfg, lambda line: print(line, flush=True))))
     zk = args.workload == "zk"
     print()

@@ -33,6 +33,7 @@ from zabd.nemesis.appends import AppendReport, check_appends
 from zabd.nemesis.faults import ALL, Nemesis
 from zabd.nemesis.history import APPEND, CAS, FAIL, OK, PUT, READ, UNKNOWN, History, Op
 from zabd.nemesis.linearizability import check, write_report
+from zabd.nemesis.membership import Membership, MembershipChanger
 from zabd.nemesis.netlab import NetLab
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class RunConfig:
     out: Path = field(default_factory=lambda: Path("out/nemesis"))
     audit: bool = False  # also ``zabd pipeline audit`` of the data directories (Spark)
     workload: str = "zabd"  # "zabd": zabd's own client port; "zk": kazoo on the ZooKeeper port
+    spares: int = 0  # > 0: membership changes among nodes + spares servers (zabd.nemesis.membership)
 
 
 @dataclass(slots=True)
@@ -75,18 +77,21 @@ class Summary:
     workload: str = "zabd"
     ephemerals_left: int = 0  # zk: ephemerals still there after their sessions ended (and the wait)
     ephemerals: str = ""  # zk: what the ephemeral check found
+    membership: str = ""  # --membership: the changes made, and the membership restored at the end
+    membership_restored: bool = True
 
     @property
     def ok(self) -> bool:
         return (self.linearizable is True and self.lost_appends == 0 and self.append_problems.startswith("ok")
-                and self.logs_agree and self.verify_ok and self.ephemerals_left == 0)
+                and self.logs_agree and self.verify_ok and self.ephemerals_left == 0 and self.membership_restored)
 
 
 class LabCluster:
     """The nemesis's target: servers in a NetLab, each data dir on its own
     loop-mounted ext4 when the slow-disk nemesis needs one."""
 
-    def __init__(self, n: int, base: Path, loop_disks: bool) -> None:
+    def __init__(self, n: int, base: Path, loop_disks: bool, members: int = 0) -> None:
+        """``members``: nodes 1..members form the ensemble, the rest join later (0: all)."""
         self.n = n
         self.base = base
         self.lab = NetLab(n)
@@ -100,7 +105,7 @@ class LabCluster:
             # Snapshots go on as usual, but no log is purged: the append check
             # needs every node's whole log (a purge would hide a lost append).
             self.cluster = LocalCluster(n, storage="disk", base_dir=base, hosts=hosts, spawn=self._spawn,
-                                        extra={"autopurge": False})
+                                        extra={"autopurge": False}, members=members)
             self.cluster.start()
         except BaseException:
             self.close()
@@ -264,6 +269,13 @@ async def _track_leader(target: LabCluster, stop: asyncio.Event) -> None:
         await asyncio.sleep(0.3)
 
 
+def _membership_summary(changer: MembershipChanger | None, restored: Membership | None) -> str:
+    if changer is None:
+        return ""
+    end = f"voters {sorted(restored.voters)} at the end" if restored else "NOT restored"
+    return f"{changer.summary()}; {end}"
+
+
 def _longest_gap(times: list[int], start: int, end: int) -> float:
     points = [start, *sorted(t for t in times if start <= t <= end), end]
     return max(b - a for a, b in itertools.pairwise(points)) / 1e9
@@ -273,7 +285,7 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
     if cfg.workload not in WORKLOADS:
         raise ValueError(f"workload {cfg.workload!r}: expected one of {', '.join(WORKLOADS)}")
     zk_run = cfg.workload == "zk"
-    out = cfg.out / (f"{cfg.nemesis}-n{cfg.nodes}" + ("-zk" if zk_run else ""))
+    out = cfg.out / (f"{cfg.nemesis}-n{cfg.nodes}" + ("-zk" if zk_run else "") + ("-members" if cfg.spares else ""))
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     nemesis: Nemesis = ALL[cfg.nemesis]()
@@ -281,12 +293,15 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
     history = History()
     notes: list[str] = []
     base = out / "cluster"
-    target = LabCluster(cfg.nodes, base, loop_disks=cfg.nemesis in ("slow-disk", "mixed"))
+    hosts = cfg.nodes + cfg.spares
+    target = LabCluster(hosts, base, loop_disks=cfg.nemesis in ("slow-disk", "mixed"), members=cfg.nodes)
+    changer = MembershipChanger(target.cluster, cfg.nodes, random.Random(cfg.seed * 7919), log) if cfg.spares else None
+    restored: Membership | None = None
     faults = 0
     zwork: ZkWorkload | None = None
     zres: ZkResult | None = None
     try:
-        await target.cluster.wait_leader(timeout=60)
+        await target.cluster.wait_leader(list(range(1, cfg.nodes + 1)), timeout=60)
         work: Workload | ZkWorkload
         if zk_run:
             from zabd.nemesis.zk import ZkWorkload  # kazoo: only for this workload
@@ -299,7 +314,7 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         tracker = asyncio.create_task(_track_leader(target, tracker_stop))
         tasks = []
         cid = 0
-        for node in range(1, cfg.nodes + 1):
+        for node in range(1, hosts + 1):  # spares too: a non-member must refuse, or answer as a member would
             for _ in range(cfg.clients_per_node):
                 cid += 1
                 tasks.append(asyncio.create_task(work.register_client(cid, node)))
@@ -309,6 +324,11 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
                 cid += 1
                 tasks.append(asyncio.create_task(zwork.ephemeral_client(cid, node)))
         t_start = time.monotonic_ns()
+        changes_stop = asyncio.Event()
+        if changer is not None:
+            changer.t0 = t_start / 1e9  # its log's times count from the start of the faults, as the runner's
+        # a change half way through each fault and each healed spell
+        changes = asyncio.create_task(changer.run(cfg.interval, changes_stop)) if changer is not None else None
         deadline = time.monotonic() + cfg.seconds
         while time.monotonic() + 2 * cfg.interval <= deadline:
             did = nemesis.start(target, rng)
@@ -317,10 +337,17 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
             await asyncio.sleep(cfg.interval)  # the fault lasts this long: a schedule, not a wait for an event
             log(f"{(time.monotonic_ns() - t_start) / 1e9:7.1f} s  {cfg.nemesis}: {nemesis.heal(target)}")
             await asyncio.sleep(cfg.interval)
+        changes_stop.set()
+        if changes is not None:
+            await changes
         target.lab.heal()
-        for i in range(1, cfg.nodes + 1):
+        for i in range(1, hosts + 1):
             target.resume(i)
             target.restart(i)
+        if changer is not None:
+            restored = await changer.restore()
+            log(f"{(time.monotonic_ns() - t_start) / 1e9:7.1f} s  membership restored: "
+                + (f"voters {sorted(restored.voters)}" if restored else "NOT within 90 s"))
         await asyncio.sleep(cfg.quiet)  # the quiet period: clients go on, everything healed
         work.stop.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
@@ -333,7 +360,7 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         history.save(out / "history.jsonl")
         # convergence: every node at one commit point, the same log where they overlap
         last = await target.cluster.wait_caught_up(list(range(1, cfg.nodes + 1)), timeout=60)
-        sts = await target.cluster.statuses()
+        sts = await target.cluster.statuses(list(range(1, cfg.nodes + 1)))
         start = max(st["log_base"] for st in sts.values() if st) + 1
         logs: dict[int, list[tuple[int, bytes]]] = {}
         for i in range(1, cfg.nodes + 1):
@@ -350,7 +377,7 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         raise
     target.stop()
     try:
-        dirs = [str(base / f"data{i}") for i in range(1, cfg.nodes + 1)]
+        dirs = [str(base / f"data{i}") for i in range(1, hosts + 1)]
         verify_ok = all(
             subprocess.run([sys.executable, "-m", "zabd", "log", "verify", d], capture_output=True).returncode == 0
             for d in dirs
@@ -398,6 +425,9 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         append_problems = report.summary() if report else "not checked"
         if report is None:
             notes.append("appends not checked: part of the log was purged")
+    if changer is not None:
+        notes.append(f"membership: {_membership_summary(changer, restored)}")
+        (out / "membership.jsonl").write_text("".join(json.dumps(asdict(c)) + "\n" for c in changer.changes))
     summary = Summary(
         nemesis=cfg.nemesis, nodes=cfg.nodes, seconds=cfg.seconds, faults=faults,
         register_ops=History.of(register).counts(), append_ops=History.of(appends).counts(),
@@ -406,6 +436,7 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         longest_no_write_s=round(_longest_gap(work.write_oks, t_start, t_end), 2),
         logs_agree=logs_agree, verify_ok=verify_ok, notes=notes,
         workload=cfg.workload, ephemerals_left=ephemerals_left, ephemerals=ephemerals,
+        membership=_membership_summary(changer, restored), membership_restored=changer is None or restored is not None,
     )
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
     return summary
