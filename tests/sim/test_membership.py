@@ -171,3 +171,40 @@ def test_the_checker_catches_a_core_that_counts_non_voters() -> None:
     # seeds where random schedules expose it (found by running seeds 0.. with this bug planted)
     found = [run_scenario(_random_config(seed)).violation for seed in (862, 889)]
     assert all(v is not None and v.kind == "lost-commit" for v in found), found
+
+
+def test_every_node_names_the_change_that_made_its_membership() -> None:
+    """``membership_zxid`` (the version in status and /zookeeper/config) is
+    the zxid of the change that made the membership in effect, also on a node
+    that got it inside a SNAP or after its window moved past the change."""
+    proposed = snaps = 0
+    for seed in range(40):
+        config = _random_config(seed)
+        # the server's variant: its tiny window makes SNAPs and trims
+        sim = _run_checking_versions(SimConfig(config.seed, config.nodes, config.rounds, config.proposals,
+                                               config.partition, config.faults, SERVER, observers=config.observers,
+                                               spares=config.spares))
+        proposed += sim.stats.changes_proposed
+        snaps += sim.disks.syncs_sent["SNAP"] if sim.disks is not None else 0
+    assert proposed > 50 and snaps > 50, (proposed, snaps)
+
+
+def _run_checking_versions(config: SimConfig) -> Simulator:
+    initial = config.initial_membership()
+    payloads: dict[int, bytes] = {}  # every change ever appended anywhere, by zxid
+
+    def observe(t: int, node: Node, effects: list[core.Effect]) -> None:
+        for e in effects:
+            txns = (e.txn,) if isinstance(e, core.AppendTxn) else e.txns if isinstance(e, core.TruncateAppend) else ()
+            payloads.update((x.zxid, x.payload) for x in txns if x.payload.startswith(MAGIC))
+
+    def check(t: int, nodes: list[Node]) -> None:
+        for node in nodes:
+            z = node.membership_zxid
+            held = initial if z == 0 else decode(payloads[z])
+            assert held is not None and (held.voters, held.observers) == (
+                node.membership.voters, node.membership.observers), f"tick {t} node {node.id}: version {z:#x}"
+
+    sim = Simulator(config, observer=observe, after_tick=check)
+    sim.run()
+    return sim

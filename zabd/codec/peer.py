@@ -125,8 +125,10 @@ class SyncPlanFrame(NamedTuple):
     log_base: int
     data: bytes | None
     # SNAP: the membership at the snapshot's point (zabd.protocol.membership), when
-    # the leader's differs from the configured one; sent only then, as an 8th element
+    # the leader's differs from the configured one; sent only then, as an 8th element,
+    # with the zxid of the change that made it as a 9th
     membership: bytes = b""
+    membership_zxid: int = 0
 
 
 class SyncTxns(NamedTuple):
@@ -362,14 +364,16 @@ def _sync_info(b: tuple[Any, ...]) -> SyncInfoFrame | None:
 
 def _sync_plan(b: tuple[Any, ...]) -> SyncPlanFrame | None:
     if (
-        len(b) in (7, 8)
+        len(b) in (7, 8, 9)
         and is_u32(b[1])
         and b[2] in SYNC_MODES
         and all(is_u64(x) for x in b[3:6])
         and (b[6] is None or type(b[6]) is bytes)
         and (len(b) == 7 or type(b[7]) is bytes)
+        and (len(b) < 9 or is_u64(b[8]))
     ):
-        return SyncPlanFrame(b[1], b[2], b[3], b[4], b[5], b[6], b[7] if len(b) == 8 else b"")
+        return SyncPlanFrame(b[1], b[2], b[3], b[4], b[5], b[6], b[7] if len(b) >= 8 else b"",
+                             b[8] if len(b) == 9 else 0)
     return None
 
 

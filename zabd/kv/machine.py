@@ -78,11 +78,11 @@ def record_change(changes: list[tuple[int, bytes]], txn: Txn) -> None:
         changes.append((txn.zxid, txn.payload))
 
 
-def membership_at(changes: list[tuple[int, bytes]], zxid: int) -> bytes | None:
-    """The payload of the last change at or below ``zxid`` (None: none)."""
+def membership_at(changes: list[tuple[int, bytes]], zxid: int) -> tuple[int, bytes] | None:
+    """The last change at or below ``zxid``: its zxid and payload (None: none)."""
     found = None
-    for z, payload in changes:
-        if z > zxid:
+    for change in changes:
+        if change[0] > zxid:
             break
-        found = payload
+        found = change
     return found

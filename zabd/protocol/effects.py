@@ -57,6 +57,7 @@ class SendSync(NamedTuple):
     read_upto: int
     txns: History
     membership: bytes = b""  # SNAP: the membership at ``point`` (its encoding; zabd.protocol.membership)
+    membership_zxid: int = 0  # ... and the zxid of the change that made it
 
 
 class MembershipChanged(NamedTuple):

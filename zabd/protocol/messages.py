@@ -88,6 +88,7 @@ class Sync(NamedTuple):
     point: int
     txns: History
     membership: bytes = b""  # SNAP: the membership at ``point`` (encoded); b"": the receiver's own
+    membership_zxid: int = 0  # ... and the zxid of the change that made it (its version)
 
 
 class ReadPing(NamedTuple):

@@ -99,6 +99,7 @@ class Node:
         "membership",
         "membership_zxid",
         "base_membership",
+        "base_membership_zxid",
         "_initial_membership",
         "_changes",
         "voter_ids",
@@ -185,6 +186,7 @@ class Node:
         self.options = options
         self.id = node_id
         self.base_membership = membership  # in effect at base (all of the history, unwindowed)
+        self.base_membership_zxid = 0  # the change that made it (0: the configured one)
         self._initial_membership = membership
         self._changes: list[tuple[int, Membership]] = []  # changes in the history: (zxid, membership)
         # the change that set the membership in effect (0: the initial one, or
@@ -261,12 +263,14 @@ class Node:
         below_ends: dict[int, int] | None = None,
         log_start: int = zx.ZERO,
         base_membership: Membership | None = None,
+        base_membership_zxid: int = 0,
     ) -> None:
         """Load persistent state recovered from disk (a restarted server).
         Windowed: ``history`` holds the txns after ``base``; ``below_ends``
         the epoch ends of the log below it, which starts after ``log_start``;
         ``base_membership`` the membership in effect at ``base`` (default:
-        the one the node was made with)."""
+        the one the node was made with), made by the change at
+        ``base_membership_zxid`` (0: the configured one)."""
         if accepted_epoch < current_epoch:
             raise ValueError(f"accepted_epoch {accepted_epoch} is below current_epoch {current_epoch}")
         if base > last_committed:
@@ -281,6 +285,7 @@ class Node:
         self.log_start = log_start
         if base_membership is not None:
             self.base_membership = base_membership
+            self.base_membership_zxid = base_membership_zxid
         self._changes = _scan_changes(self.history)
         self._take_membership(0)
         self._reset_volatile()
@@ -895,7 +900,7 @@ class Node:
         del h[:k]
         changes = self._changes
         while changes and changes[0][0] <= self.base:
-            self.base_membership = changes.pop(0)[1]
+            self.base_membership_zxid, self.base_membership = changes.pop(0)
 
     def _send_sync(self, f: int, t: int) -> None:
         """NewLeader(current_epoch, history) for ``f``, as a plan: at most one
@@ -924,8 +929,10 @@ class Node:
         i = bisect_right(h, lc, key=_txn_zxid)
         # the membership at the point, once any has changed (b"": the initial one, on both sides)
         changed = bool(self._changes) or self.base_membership != self._initial_membership
-        at_point = encode_membership(self._membership_at(lc)) if changed else b""
-        self.effects.append(SendSync(f, self.current_epoch, SNAP, lc, lc, lc, tuple(h[i:]), at_point))
+        at_zxid, at = self._membership_at(lc)
+        at_point = encode_membership(at) if changed else b""
+        self.effects.append(SendSync(f, self.current_epoch, SNAP, lc, lc, lc, tuple(h[i:]), at_point,
+                                     at_zxid if changed else 0))
 
     def _retry_syncs(self, t: int) -> None:
         retry = self.options.sync_retry
@@ -962,6 +969,7 @@ class Node:
             at_point = decode_membership(m.membership) if m.membership else None
             if at_point is not None:
                 self.base_membership = at_point
+                self.base_membership_zxid = m.membership_zxid
             self._changes = _scan_changes(self.history)
         else:
             i = bisect_right(h, m.point, key=_txn_zxid)
@@ -1007,12 +1015,13 @@ class Node:
         self.voters: tuple[int, ...] = tuple(sorted(m.voters - {self.id}))
         self.quorum = m.quorum
 
-    def _membership_at(self, z: int) -> Membership:
-        at = self.base_membership
-        for cz, m in self._changes:
-            if cz > z:
+    def _membership_at(self, z: int) -> tuple[int, Membership]:
+        """The membership in effect at ``z``, and the zxid of its change."""
+        at = self.base_membership_zxid, self.base_membership
+        for change in self._changes:
+            if change[0] > z:
                 break
-            at = m
+            at = change
         return at
 
     def _appended_change(self, txn: Txn, t: int) -> None:
@@ -1023,8 +1032,10 @@ class Node:
 
     def _take_membership(self, t: int) -> None:
         """The membership in effect is the last change the history holds."""
-        zxid, m = self._changes[-1] if self._changes else (0, self.base_membership)
+        zxid, m = self._changes[-1] if self._changes else (self.base_membership_zxid, self.base_membership)
         if m == self.membership:
+            # the same members; a SNAP or a restart may tell this node which change made them
+            self.membership_zxid = zxid
             return
         old = self.membership
         self.membership_zxid = zxid

@@ -58,7 +58,8 @@ def recover(
             base=state.window_base,
             below_ends=state.below_ends,
             log_start=state.log_base,
-            base_membership=decode_membership(at_base) if at_base is not None else None,
+            base_membership=decode_membership(at_base[1]) if at_base is not None else None,
+            base_membership_zxid=at_base[0] if at_base is not None else 0,
         )
     for w in warnings:
         log.warning("storage recovery", detail=w)

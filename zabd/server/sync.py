@@ -69,7 +69,7 @@ class SyncService:
         budget = self.budget
         plan: tuple[object, ...] = (wire.TAG_SYNC_PLAN, e.epoch, mode, e.point, e.point if data is not None else 0,
                                     e.point, data[:budget] if data is not None else None)
-        out = [frame((*plan, e.membership) if e.membership else plan)]
+        out = [frame((*plan, e.membership, e.membership_zxid) if e.membership else plan)]
         if data is not None:
             out.extend(frame((wire.TAG_SNAP_DATA, e.epoch, data[off : off + budget]))
                        for off in range(budget, len(data), budget))
@@ -101,7 +101,7 @@ class SyncService:
         self.received[p.mode] += 1
         self.log.info("sync received", peer=peer, mode=p.mode, point=zx.fmt(p.truncate_to), txns=len(got.txns),
                       snapshot_bytes=len(got.snapshot) if got.snapshot is not None else None)
-        return Sync(p.epoch, mode, p.truncate_to, got.txns, p.membership)
+        return Sync(p.epoch, mode, p.truncate_to, got.txns, p.membership, p.membership_zxid)
 
     def install(self, zxid: int) -> None:
         """The core's InstallSnapshot: the received state replaces ours."""

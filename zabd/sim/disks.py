@@ -103,7 +103,7 @@ class SimDisks:
             j = bisect_right(log, e.read_upto, key=_zxid)
             txns = tuple(log[i:j]) + txns
         self.syncs_sent[("DIFF", "TRUNC", "SNAP")[e.mode]] += 1
-        sync = Sync(e.epoch, e.mode, e.point, txns, e.membership)
+        sync = Sync(e.epoch, e.mode, e.point, txns, e.membership, e.membership_zxid)
         if e.mode == SNAP:
             return SnapshotTransfer(sync, tuple(log[: bisect_right(log, e.point, key=_zxid)]))
         return sync
