@@ -117,12 +117,12 @@ class KVMachine:
     def _config_from(self, zxid: int, payload: bytes) -> None:
         """ZooKeeper's ``/zookeeper/config`` after the change at ``zxid``."""
         m = decode_membership(payload)
-        if m is not None:
+        if m is not None and zxid > self.zk.applied:  # not again in a replay over a snapshot that holds it
             try:
                 specs = decode_specs(m.extra)
             except ValueError:
                 specs = {}
-            self.zk.set_config(zookeeper_config_text(m.voters, m.observers, specs, zxid), zxid)
+            self.zk.reconfigured(zookeeper_config_text(m.voters, m.observers, specs, zxid), zxid)
 
     def result(self, zxid: int) -> Result | None:
         """The result of the KV txn at ``zxid``, if still kept here."""

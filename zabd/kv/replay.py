@@ -25,6 +25,7 @@ from zabd.codec.zk_txn import ZK_MAGIC
 from zabd.kv.kvmachine import SNAP_MAGIC, KVMachine
 from zabd.kv.zk.tree import DataTree
 from zabd.protocol import zxid as zx
+from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.messages import Txn
 
 
@@ -112,6 +113,11 @@ class Replay:
 
 def is_zk(payload: bytes) -> bool:
     return payload[: len(ZK_MAGIC)] == ZK_MAGIC
+
+
+def changes_tree(payload: bytes) -> bool:
+    """A ZooKeeper txn, or a membership change (it rewrites ``/zookeeper/config``)."""
+    return is_zk(payload) or payload.startswith(MEMBERSHIP_MAGIC)
 
 
 def replay_log(

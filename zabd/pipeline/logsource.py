@@ -179,11 +179,11 @@ def tree_ddl() -> str:
 def iter_tree_rows(node: int, data_dir: str, commit: int) -> Iterator[tuple[Any, ...]]:
     """The node's ZooKeeper tree rebuilt as its server would at start-up: the
     newest snapshot, then its committed records (up to ``commit``) in log
-    order. One row for the snapshot's tree (at the last ZooKeeper txn it
-    holds: 0 for none), one after each ZooKeeper txn; an error row ends a
+    order. One row for the snapshot's tree (at the last ZooKeeper txn or
+    membership change it holds: 0 for none), one after each of those; an error row ends a
     replay that fails. No rows when the node's snapshot is unreadable (the
     ``snapshot`` check says so) or not a KV machine's (nothing to compare)."""
-    from zabd.kv.replay import Replay, SnapshotUnusable, is_zk
+    from zabd.kv.replay import Replay, SnapshotUnusable, changes_tree
     from zabd.storage.snapshot import list_snapshots, read_snapshot
     from zabd.storage.txnlog import StorageError, iter_records
 
@@ -205,7 +205,7 @@ def iter_tree_rows(node: int, data_dir: str, commit: int) -> Iterator[tuple[Any,
     pos = 0
     yield (node, pos, tree.applied, f"{tree.digest:016x}", len(tree), len(tree.sessions), where, None)
     for rec in iter_records(data_dir):
-        if rec.zxid <= snap_zxid or rec.zxid > commit or not is_zk(rec.payload):
+        if rec.zxid <= snap_zxid or rec.zxid > commit or not changes_tree(rec.payload):
             continue
         if not rec.crc_ok:  # the checksum check reports it; a server would not get past it
             return

@@ -240,6 +240,15 @@ class DataTree:
         path = "/zookeeper/config"
         self._put(path, ZNode.make(data, self.nodes[path].acl, 0, zxid, 0, 0, 0, -1, 0, -1, 0, None))
 
+    def reconfigured(self, data: bytes, zxid: int) -> None:
+        """A membership change committed at ``zxid``: ``/zookeeper/config``
+        follows it, and the tree has applied ``zxid``, as after ZooKeeper's
+        reconfig txn (a reply's zxid, a client's ``lastZxidSeen``, and the
+        digest rows the audit compares all count it)."""
+        self.set_config(data, zxid)
+        self.applied = zxid
+        self.digests.append((zxid, self.digest))
+
     # ------------------------------------------------------------ internals
 
     def _intern(self, acl: tuple[ACL, ...]) -> tuple[ACL, ...]:
