@@ -160,17 +160,21 @@ class MembershipChanger:
         wanted = frozenset(range(1, self.voters_wanted + 1))
         addresses = {node: self.address(node) for node in wanted}
         deadline = time.monotonic() + timeout
+        seen = "no server answered"
         while time.monotonic() < deadline:
             m, _ = await self.current()
             if m is not None and m.voters == wanted and not m.observers:
                 held = await self.cluster.statuses(sorted(wanted))
                 if all(st is not None and st["membership"]["zxid"] == m.version for st in held.values()):
                     return m
+                seen = f"version {m.version:#x}; nodes 1..{self.voters_wanted} hold " + ", ".join(
+                    f"{st['membership']['zxid']:#x}" if st else "?" for st in held.values())
             elif m is not None:
                 plan = steps(set(m.voters), set(m.observers), addresses, {})
                 await self._make("restore: " + ", ".join(f"{k} {v}" for k, v in plan[0].items()), plan[0])
                 continue
             await asyncio.sleep(0.2)  # a poll of the servers' status, bounded by the deadline
+        self.log(f"membership not restored within {timeout:g} s: {seen}")
         return None
 
     def summary(self) -> str:

@@ -104,8 +104,13 @@ class LabCluster:
             hosts = {i: self.lab.addr(i) for i in range(1, n + 1)}
             # Snapshots go on as usual, but no log is purged: the append check
             # needs every node's whole log (a purge would hide a lost append).
+            # With members joining and leaving, a member far behind would get
+            # a snapshot and a log that starts there: a sync reads the log instead.
+            extra: dict[str, Any] = {"autopurge": False}
+            if members and members < n:
+                extra["diff_limit"] = 100_000_000
             self.cluster = LocalCluster(n, storage="disk", base_dir=base, hosts=hosts, spawn=self._spawn,
-                                        extra={"autopurge": False}, members=members)
+                                        extra=extra, members=members)
             self.cluster.start()
         except BaseException:
             self.close()
