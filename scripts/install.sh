@@ -18,6 +18,18 @@ if [ ${#need[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
 fi
 python3 -m pip install -q --disable-pip-version-check -e '.[test,pipeline]'
+# The core and the simulator compiled with mypyc (scripts/build_compiled.py) when a C
+# compiler is here, else the pure-Python modules run; `zabd --version` says which.
+# Built again only when a source changed since the last build.
+if command -v cc >/dev/null 2>&1; then
+    if ! ZABD_PURE= python3 -c "import sys, zabd.compiled as c; sys.exit(0 if c.in_use() else 1)"; then
+        python3 scripts/build_compiled.py || echo "install: the compiled core did not build; the pure-Python one runs" >&2
+    fi
+fi
+# bytecode for every module now, once: where PYTHONDONTWRITEBYTECODE is set, each command
+# would otherwise compile every module it imports, every time
+python3 -m compileall -q zabd >/dev/null || true
+echo "install: $(zabd --version)" >&2
 # kazoo 2.11's own test suite (tests/server/test_kazoo_suite.py) needs pins that would
 # downgrade this environment (pyOpenSSL<24.3, cryptography<44): a venv of its own that
 # sees the packages installed above

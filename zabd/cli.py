@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return 0 if args else 2
     if args[0] in ("--version", "-V", "version"):
-        print(f"zabd {_version()}")
+        from zabd.compiled import describe
+
+        print(f"zabd {_version()}; core: {describe()}")
         return 0
     name = args[0]
     if name not in COMMANDS:

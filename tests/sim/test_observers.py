@@ -47,7 +47,7 @@ def test_observers_do_not_make_a_quorum() -> None:
     """3 voters and 2 observers: with 2 voters down, 3 of 5 members are up,
     yet nothing more commits (observers do not count); 5 voters with the same
     2 down go on committing."""
-    faults = parse_faults("crash:1@1000,crash:2@1000", 5)
+    faults = tuple(parse_faults("crash:1@1000,crash:2@1000", 5))
     with_observers, _ = final(SimConfig(9, 5, 6000, 200, faults=faults, observers=2))
     all_voters, _ = final(SimConfig(9, 5, 6000, 200, faults=faults))
     stalled = max(committed_length(n) for n in with_observers)
@@ -60,7 +60,7 @@ def test_observers_do_not_make_a_quorum() -> None:
 def test_observers_acks_never_commit() -> None:
     """A leader with one voter peer down and every observer up commits nothing
     new: only voters' acks count (here 2 of 3 voters are needed)."""
-    faults = parse_faults("crash:2@1500", 4)
+    faults = tuple(parse_faults("crash:2@1500", 4))
     # voters 1 and 2 (a quorum is both), observers 3 and 4: with node 2 down
     # nothing commits after tick 1500, though 3 of 4 members are up
     nodes, _ = final(SimConfig(5, 4, 5000, 100, faults=faults, observers=2))

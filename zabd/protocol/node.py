@@ -23,6 +23,8 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import (
     PHASE_BROADCAST,
@@ -92,6 +94,9 @@ class NotLeader(Exception):
     """``propose`` was called on a node that is not a synced leader."""
 
 
+# tests and checks subclass the core to plant faults or watch it (mypyc: native
+# classes refuse interpreted subclasses unless told)
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Node:
     __slots__ = (
         "id",
