@@ -179,3 +179,43 @@ async def test_zabd_reconfig_takes_a_whole_membership_in_steps(tmp_path: Path) -
         want = {"voters": [1, 2, 4], "observers": []}
         for node in (1, 2, 4):
             await until(f"node {node}", lambda n=node: _has(cluster, n, want))
+
+
+async def test_a_removed_node_added_back_reaches_a_leader_it_never_heard_of(tmp_path: Path) -> None:
+    """Node 2 is removed while the ensemble is 1..3; nodes 4 and 5 join and
+    1 leaves; 5 leads. Added back, node 2 knows only the addresses its log
+    and configuration hold (1, 2, 3), and the lower id dials: it learns 4's
+    and 5's from node 3, which accepts its link, and follows 5."""
+    with LocalCluster(5, base_dir=tmp_path, storage="disk", members=3) as cluster:
+        await cluster.wait_leader([1, 2, 3], timeout=30)
+
+        def addr(n: int) -> str:
+            return f"127.0.0.1:{cluster.peer_ports[n]}"
+
+        async def change(**kw: object) -> None:
+            live = [cluster.client_addr(n) for n in range(1, 6) if cluster.alive(n)]
+            async with await Client.connect(live, timeout=10) as c:
+                await c.reconfig(**kw)  # type: ignore[arg-type]
+                await c.put("after", b"v", retry_for=20)
+
+        await change(remove=[2])
+        await change(add={4: addr(4)})
+        await change(add={5: addr(5)})
+        await change(remove=[1])
+        leader = await cluster.wait_leader([3, 4, 5], timeout=30)
+        if leader != 5:  # the highest id wins an election among equals: 5, once the leader is killed
+            killed = leader
+            cluster.kill(killed)
+            leader = await cluster.wait_leader([n for n in (3, 4, 5) if n != killed], timeout=30)
+            cluster.start_node(killed)
+        assert leader == 5
+        await until("3, 4, 5 follow 5", lambda: _all_follow(cluster, [3, 4, 5], 5), timeout=30)
+        await change(add={2: addr(2)})
+        await until("node 2 follows 5", lambda: _all_follow(cluster, [2], 5), timeout=20)
+        want = {"voters": [2, 3, 4, 5], "observers": []}
+        await until("node 2 has the membership", lambda: _has(cluster, 2, want))
+
+
+async def _all_follow(cluster: LocalCluster, nodes: list[int], leader: int) -> bool:
+    sts = await cluster.statuses(nodes)
+    return all(st is not None and st["leader"] == leader and st["phase"] == "broadcast" for st in sts.values())

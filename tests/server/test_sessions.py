@@ -51,6 +51,20 @@ def test_an_accepted_session_needs_a_hello_from_a_lower_member() -> None:
             PeerSession(2, MEMBERS, None, 1 << 20, now=0.0).feed(bad, 0.0)
 
 
+def test_an_accepting_session_tells_the_dialer_the_members_it_knows() -> None:
+    """The lower id dials: a node added back with an old log learns from any
+    member that accepts its link how to reach members it never heard of."""
+    known = {1: "h:1", 2: "h:2", 5: "h:5"}
+    acceptor = PeerSession(2, MEMBERS, None, 1 << 20, now=0.0, addresses=known)
+    dialer = PeerSession(1, MEMBERS, 2, 1 << 20, now=0.0)
+    assert acceptor.feed(b"".join(dialer.take_output(0.0)), 0.0) == [HandshakeDone(1)]
+    assert dialer.feed(b"".join(acceptor.take_output(0.0)), 0.0) == []  # for the transport, not the replica
+    assert dialer.heard == wire.Members(((1, "h:1"), (2, "h:2"), (5, "h:5")))
+    for bad in ((wire.TAG_MEMBERS, (("1", "h:1"),)), (wire.TAG_MEMBERS, ((1, 7),)), (wire.TAG_MEMBERS,)):
+        with pytest.raises(FrameError, match="malformed Members"):
+            PeerSession(1, MEMBERS, 2, 1 << 20, now=0.0).feed(frame(bad), 0.0)
+
+
 def test_nodes_that_disagree_on_the_observers_do_not_link() -> None:
     """Two nodes with different observer lists would count different quorums:
     the Hello carries the dialer's list and the acceptor refuses another one."""

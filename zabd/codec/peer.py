@@ -59,6 +59,7 @@ TAG_SYNC_REQ = 73
 TAG_SNAP_DATA = 74
 TAG_PING = 75
 TAG_ZK_TOUCH = 76
+TAG_MEMBERS = 77
 
 TAG_OF: dict[type, int] = {cls: i for i, cls in enumerate(EXTENDED_TYPES)}
 SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
@@ -150,9 +151,18 @@ class Ping(NamedTuple):
     pass
 
 
+class Members(NamedTuple):
+    """Sent by a node that accepted a link: the members it knows and their
+    quorum addresses. The lower id of a pair dials, so a node whose log is
+    behind (added back after a removal) learns here how to reach members
+    that joined after it last heard, the leader among them."""
+
+    addresses: tuple[tuple[int, str], ...]
+
+
 DriverFrame = (
     Hello | Forward | ForwardOk | ForwardErr | NewLeaderPart | SyncInfoFrame | SyncPlanFrame | SyncTxns | SyncReq
-    | SnapData | Ping | ZKTouch
+    | SnapData | Ping | ZKTouch | Members
 )
 PeerFrame = Message | DriverFrame
 
@@ -395,6 +405,14 @@ def _ping(b: tuple[Any, ...]) -> Ping | None:
     return Ping() if len(b) == 1 else None
 
 
+def _members(b: tuple[Any, ...]) -> Members | None:
+    if len(b) == 2 and type(b[1]) is tuple and all(
+        type(m) is tuple and len(m) == 2 and is_node(m[0]) and type(m[1]) is str and len(m[1]) <= 300 for m in b[1]
+    ):
+        return Members(b[1])
+    return None
+
+
 _DRIVER: dict[int, tuple[str, Callable[[tuple[Any, ...]], DriverFrame | None]]] = {
     TAG_HELLO: ("Hello", _hello),
     TAG_FORWARD: ("Forward", _forward),
@@ -407,6 +425,7 @@ _DRIVER: dict[int, tuple[str, Callable[[tuple[Any, ...]], DriverFrame | None]]] 
     TAG_SYNC_REQ: ("SyncReq", _sync_req),
     TAG_SNAP_DATA: ("SnapData", _snap_data),
     TAG_PING: ("Ping", _ping),
+    TAG_MEMBERS: ("Members", _members),
     TAG_ZK_TOUCH: ("ZKTouch", _zk_touch),
 }
 

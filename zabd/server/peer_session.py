@@ -9,7 +9,7 @@ last heard from and last spoken on, for the transport's keep-alive.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from zabd.codec import peer as wire
@@ -58,11 +58,16 @@ class PeerSession:
         max_frame: int,
         now: float,
         observers: tuple[int, ...] | None = (),
+        addresses: Mapping[int, str] | None = None,
     ) -> None:
         """``observers``: the configured ones, checked against the peer's while
-        neither membership has changed (None: this one's has)."""
+        neither membership has changed (None: this one's has). ``addresses``:
+        the members' quorum addresses, told to a peer whose link this accepts
+        (``wire.Members``)."""
         self.own_id = own_id
         self.members = members
+        self.addresses = addresses
+        self.heard: wire.Members | None = None
         self.observers = tuple(sorted(observers)) if observers is not None else None
         self.peer = peer
         self.dialed = peer is not None
@@ -98,6 +103,9 @@ class PeerSession:
             cls = type(got)
             if cls is wire.Ping:
                 continue
+            if isinstance(got, wire.Members):
+                self.heard = got  # for the transport (it dials members it did not know), not the replica
+                continue
             assemble = _ASSEMBLERS.get(cls)
             if assemble is None:
                 events.append(got)
@@ -124,6 +132,8 @@ class PeerSession:
             raise MembershipRefused(f"node {got.node} is configured with observers {sorted(theirs)}, this "
                                     f"node with {list(self.observers)}; every node needs the same list")
         self.peer = got.node
+        if self.addresses:
+            self.push(frame((wire.TAG_MEMBERS, tuple(sorted(self.addresses.items())))))
         return HandshakeDone(got.node)
 
     def _new_leader_part(self, part: wire.NewLeaderPart) -> NewLeader | None:

@@ -17,12 +17,14 @@ import functools
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from zabd.codec.framing import FrameError, no_delay
+from zabd.codec.framing import FrameError
+from zabd.codec.peer import Members
 from zabd.server.auth import RW
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig, parse_hostport
+from zabd.server.link import Link
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import client_context, describe_error, identity_problem, node_name, server_context
@@ -55,56 +57,13 @@ def _same(link: PeerLink) -> PeerLink:
     return link
 
 
-def _peername(transport: asyncio.BaseTransport) -> str:
-    peer = transport.get_extra_info("peername")
-    return f"{peer[0]}:{peer[1]}" if peer else "?"
-
-
-class _Link(asyncio.Protocol):
-    def __init__(self, net: Transport) -> None:
-        self.net = net
-        self.transport: asyncio.Transport | None = None
-        self.addr = "?"
-        self.closed = False
-        self.tls = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement the interface without subclassing it
-        self.transport = cast(asyncio.Transport, transport)
-        no_delay(transport)
-        self.addr = _peername(transport)
-        self.tls = transport.get_extra_info("ssl_object") is not None
-
-    def abort(self) -> None:
-        if not self.closed:
-            self.closed = True
-            if self.transport is not None:
-                self.transport.abort()
-
-    def write(self, frames: list[bytes]) -> None:
-        t = self.transport
-        if frames and t is not None and not self.closed:
-            if self.tls:
-                # one TLS record per element otherwise: each small frame its
-                # own encryption, header and (at the reader) decryption call
-                t.write(b"".join(frames))
-            else:
-                t.writelines(frames)
-
-    def buffered(self) -> int:
-        t = self.transport
-        return t.get_write_buffer_size() if t is not None and not self.closed else 0
-
-    def take_output(self, now: float) -> list[bytes]:
-        raise NotImplementedError
-
-
-class PeerLink(_Link):
+class PeerLink(Link):
     def __init__(self, net: Transport, peer: int | None) -> None:
-        super().__init__(net)
+        super().__init__()
+        self.net = net
         cfg = net.config
         self.session = PeerSession(
-            cfg.id, frozenset(net.addresses), peer, cfg.max_frame, time.monotonic(), net.hello_observers
+            cfg.id, frozenset(net.addresses), peer, cfg.max_frame, time.monotonic(), net.hello_observers, net.addresses
         )
         self.session.on_output = lambda: net.mark(self)
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -142,6 +101,9 @@ class PeerLink(_Link):
         if events and isinstance(events[0], HandshakeDone):  # only ever the first event
             self.net.attach(self)
             events = events[1:]
+        if self.session.heard is not None:
+            self.net.learn(self.session.heard)
+            self.session.heard = None
         if events and self.session.peer is not None and not self.closed:
             self.net.handler.peer_events(self.session.peer, events)
 
@@ -155,9 +117,10 @@ class PeerLink(_Link):
         self.net.detach(self)
 
 
-class ClientLink(_Link):
+class ClientLink(Link):
     def __init__(self, net: Transport) -> None:
-        super().__init__(net)
+        super().__init__()
+        self.net = net
         self.session = ClientSession(net.config.max_frame)
         self.session.on_output = lambda: net.mark(self)
 
@@ -242,9 +205,11 @@ class Transport:
         self.addresses: dict[int, str] = dict(config.peers)
         self.hello_observers: tuple[int, ...] | None = tuple(config.observers)
         self.dialers: dict[int, asyncio.Task[None]] = {}
+        # quorum addresses of members that peers told of (wire.Members) and the log has not yet
+        self.learned: dict[int, str] = {}
         self.peers: dict[int, PeerLink] = {}
         self.clients: set[ClientLink] = set()
-        self.dirty: list[_Link] = []
+        self.dirty: list[Link] = []
         self.servers: list[asyncio.AbstractServer | TlsListener] = []
         # (factory, host, port, TLS context, kind) of other client protocols (ZooKeeper's)
         self.more_ports: list[tuple[Callable[[], asyncio.Protocol], str, int, ssl.SSLContext | None, str]] = []
@@ -271,8 +236,12 @@ class Transport:
                 self.servers.append(listener)
                 await listener.start(h, p)
         for peer in sorted(self.addresses):
-            if peer > self.config.id:
-                self.dialers[peer] = asyncio.create_task(self._dial(peer), name=f"dial-{peer}")
+            self._dial_later(peer)
+
+    def _dial_later(self, peer: int) -> None:
+        """Keep a link to ``peer`` up, if this node is the one that dials it."""
+        if peer > self.config.id and peer not in self.dialers and not self.stopping:
+            self.dialers[peer] = asyncio.create_task(self._dial(peer), name=f"dial-{peer}")
 
     def set_members(self, addresses: dict[int, str]) -> None:
         """A membership change: dial new members (the lower id dials), stop
@@ -283,18 +252,28 @@ class Transport:
         old = self.addresses
         self.addresses = dict(addresses)
         self.hello_observers = None  # the log decides from now on, not the configuration
-        for peer in sorted(old.keys() - addresses.keys() - {own}):
+        # what peers told of is over: the log names the members now
+        gone = old.keys() | self.learned.keys()
+        self.learned = {}
+        for peer in sorted(gone - addresses.keys() - {own}):
             task = self.dialers.pop(peer, None)
             if task is not None:
                 task.cancel()
-        if not self.stopping and self.servers:
+        if self.servers:
             for peer in sorted(addresses.keys() - old.keys()):
-                if peer > own and peer not in self.dialers:
-                    self.dialers[peer] = asyncio.create_task(self._dial(peer), name=f"dial-{peer}")
+                self._dial_later(peer)
+
+    def learn(self, members: Members) -> None:
+        """A peer's members: dial those this node does not know and should
+        dial (higher ids), until its own membership names them or not."""
+        for peer, addr in members.addresses:
+            if peer > self.config.id and peer not in self.addresses:
+                self.learned.setdefault(peer, addr)
+                self._dial_later(peer)
 
     async def _dial(self, peer: int) -> None:
         loop = asyncio.get_running_loop()
-        host, port = parse_hostport(self.addresses[peer])
+        host, port = parse_hostport(self.addresses.get(peer) or self.learned[peer])
         timeout = self.config.peer_connect_timeout_ms / 1000.0
         backoff = BACKOFF_MIN
         tls: dict[str, Any] = {}
@@ -374,7 +353,7 @@ class Transport:
 
     # --------------------------------------------------------------- output
 
-    def mark(self, link: _Link) -> None:
+    def mark(self, link: Link) -> None:
         if not self.dirty:
             self.handler.output_pending()
         self.dirty.append(link)
