@@ -41,6 +41,18 @@ def test_checker_finds_no_violation_in_vectors(vector: dict[str, Any]) -> None:
     assert result.violation is None, result.violation.describe()
 
 
+@pytest.mark.skipif(not SHARED, reason="../shared/spec/vectors.json not present")
+@pytest.mark.parametrize("vector", SHARED, ids=[v["name"] for v in SHARED])
+def test_the_cli_prints_every_shared_vector_digest(vector: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """In process: ``zabd sim`` without ``--check`` runs the simulator with
+    nothing watching its effects; with it, through the checker."""
+    from zabd.sim.cli import main
+
+    for extra in ([], ["--check"]):
+        assert main([*cli_args(vector), *extra]) == 0
+        assert capsys.readouterr().out == vector["digest"]
+
+
 def test_cli_prints_the_digest_with_no_newline() -> None:
     v = REPO[1]
     out = subprocess.run([sys.executable, "-m", "zabd", "sim", *cli_args(v)], capture_output=True, check=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from zabd.protocol.options import VARIANTS
 from zabd.protocol.zxid import CounterOverflow
@@ -35,6 +36,10 @@ from zabd.sim.faults import (
     random_faults,
 )
 from zabd.sim.simulator import WORKLOADS
+
+if TYPE_CHECKING:
+    from zabd.sim.checker import Violation
+    from zabd.sim.simulator import SimConfig
 
 U64_MAX = (1 << 64) - 1
 _DECIMAL = re.compile(r"[0-9]+")
@@ -204,7 +209,6 @@ def main(argv: list[str]) -> int:
         print(f"zabd sim: {exc}", file=sys.stderr)
         return 2
     # Imported after parsing: usage errors stay cheap.
-    from zabd.sim.run import run_scenario
     from zabd.sim.simulator import SimConfig
 
     faults = args.faults
@@ -220,21 +224,39 @@ def main(argv: list[str]) -> int:
         args.workload, args.observers, args.spares,
     )
     try:
-        result = run_scenario(config, check=args.check, keep_dump=args.dump is not None)
+        raw, violation = _run(config, args.check)
     except CounterOverflow as exc:
         print(f"zabd sim: {exc}", file=sys.stderr)
         return 1
     if args.dump is not None:
-        assert result.dump is not None
         try:
             with open(args.dump, "wb") as fh:
-                fh.write(result.dump)
+                fh.write(raw)
         except OSError as exc:
             print(f"zabd sim: cannot write --dump {args.dump}: {exc.strerror or exc}", file=sys.stderr)
             return 1
-    if result.violation is not None:
-        print(f"zabd sim: safety violation: {result.violation.describe()}", file=sys.stderr)
-        print(f"zabd sim: reproduce with: {result.violation.reproducer}", file=sys.stderr)
-    sys.stdout.write(result.digest)
+    if violation is not None:
+        print(f"zabd sim: safety violation: {violation.describe()}", file=sys.stderr)
+        print(f"zabd sim: reproduce with: {violation.reproducer}", file=sys.stderr)
+    from zabd.sim.dump import digest
+
+    sys.stdout.write(digest(raw))
     sys.stdout.flush()
-    return 1 if result.violation is not None else 0
+    return 1 if violation is not None else 0
+
+
+def _run(config: SimConfig, check: bool) -> tuple[bytes, Violation | None]:
+    """The canonical dump, and the checker's verdict with ``check``. Without
+    it nothing watches the effects (a sweep's metrics are not printed here)."""
+    if check:
+        from zabd.sim.run import run_scenario
+
+        result = run_scenario(config, check=True, keep_dump=True)
+        assert result.dump is not None
+        return result.dump, result.violation
+    from zabd.sim.dump import dump
+    from zabd.sim.simulator import Simulator
+
+    sim = Simulator(config)
+    nodes = sim.run()
+    return dump(nodes, sim.disks.logs if sim.disks is not None else None), None
