@@ -26,7 +26,12 @@ MODULES = (
     "zabd.protocol.effects",
     "zabd.protocol.window",
     "zabd.protocol.node",
+    "zabd.sim.faults",
+    "zabd.sim.disks",
     "zabd.sim.simulator",
+    "zabd.sim.dump",
+    "zabd.sim.checker",
+    "zabd.sim.run",
 )
 GROUP = "zabd.native"  # the shared library: zabd/native__mypyc.*.so
 MANIFEST = "zabd/compiled.txt"

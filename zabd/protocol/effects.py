@@ -8,7 +8,7 @@ from leaving before the state it acknowledges (ZOOKEEPER-3911/4643/4646).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from zabd.protocol.membership import Membership
 from zabd.protocol.messages import History, Message, Txn
@@ -120,6 +120,6 @@ PERSIST_EFFECTS: tuple[type[Effect], ...] = (PersistEpochs, AppendTxn, ReplaceHi
 
 # Phases reported in RoleChanged. A Leading node is *established* from
 # PHASE_SYNC on (discovery finished); it accepts proposals in PHASE_BROADCAST.
-PHASE_NONE = 0
-PHASE_SYNC = 1
-PHASE_BROADCAST = 2
+PHASE_NONE: Final = 0
+PHASE_SYNC: Final = 1
+PHASE_BROADCAST: Final = 2

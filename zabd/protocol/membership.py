@@ -20,12 +20,12 @@ Observers may come and go freely: they count in no quorum.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 # A payload that starts with this is a membership change (never a client's:
 # raw proposals are client bytes, but the server's client paths prefix their
 # payloads with their own magic and refuse this one).
-MAGIC = b"\x00\xffzabd-membership\x00"
+MAGIC: Final = b"\x00\xffzabd-membership\x00"
 
 
 class Membership(NamedTuple):

@@ -7,7 +7,7 @@ Zxids are packed integers (see :mod:`zabd.protocol.zxid`).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 
 class Txn(NamedTuple):
@@ -66,9 +66,9 @@ class Commit(NamedTuple):
 # canonical spec has neither). A follower reports what it holds; the leader
 # answers with what it lacks instead of a whole NewLeader.
 
-DIFF = 0  # keep your txns up to ``point``; append ``txns`` (point: your last zxid)
-TRUNC = 1  # the same, but you hold txns after ``point`` the leader never had: drop them
-SNAP = 2  # install the leader's state at ``point`` (a snapshot), then append ``txns``
+DIFF: Final = 0  # keep your txns up to ``point``; append ``txns`` (point: your last zxid)
+TRUNC: Final = 1  # the same, but you hold txns after ``point`` the leader never had: drop them
+SNAP: Final = 2  # install the leader's state at ``point`` (a snapshot), then append ``txns``
 SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -74,9 +74,9 @@ from zabd.protocol.options import CANONICAL, Options
 from zabd.protocol.rand import ELECTION_JITTER, ELECTION_TIMEOUT, mix
 from zabd.protocol.window import count_after, shared_prefix, window_ends
 
-LOOKING = 0
-FOLLOWING = 1
-LEADING = 2
+LOOKING: Final = 0
+FOLLOWING: Final = 1
+LEADING: Final = 2
 ROLE_NAMES = ("looking", "following", "leading")
 
 
@@ -85,9 +85,13 @@ def role_name(role: int, observing: bool) -> str:
     return "observing" if observing and role == FOLLOWING else ROLE_NAMES[role]
 
 
-HEARTBEAT_INTERVAL = 50
-SUPPORT_WINDOW = 150
-NO_LEADER = 0
+HEARTBEAT_INTERVAL: Final = 50
+SUPPORT_WINDOW: Final = 150
+NO_LEADER: Final = 0
+# The hot path's NamedTuples built with tuple.__new__, not through the
+# __new__ namedtuple makes: that one is Python (a frame per message, even
+# when this module is compiled); this is one C call.
+_make: Final = tuple.__new__
 
 
 class NotLeader(Exception):
@@ -337,11 +341,11 @@ class Node:
     # ----------------------------------------------------------------- output
 
     def _send(self, dst: int, msg: Message) -> None:
-        self.effects.append(Send(dst, msg))
+        self.effects.append(_make(Send, (dst, msg)))
 
     def _broadcast(self, msg: Message) -> None:
         if self.peers:
-            self.effects.append(Broadcast(msg))
+            self.effects.append(_make(Broadcast, (msg,)))
 
     def _persist_epochs(self) -> None:
         self.effects.append(PersistEpochs(self.accepted_epoch, self.epoch_leader, self.current_epoch))
@@ -770,11 +774,11 @@ class Node:
         if self.next_counter > zx.U32_MAX:
             raise zx.CounterOverflow(f"counter {self.next_counter} in epoch {self.current_epoch} does not fit in u32")
         z = (self.current_epoch << 32) | self.next_counter
-        txn = Txn(z, payload)
+        txn = _make(Txn, (z, payload))
         self.history.append(txn)
         self.ack_set[z] = {self.id} if self.voting else set()
-        self.effects.append(AppendTxn(txn))
-        self._broadcast(Propose(txn))
+        self.effects.append(_make(AppendTxn, (txn,)))
+        self._broadcast(_make(Propose, (txn,)))
         if payload.startswith(MEMBERSHIP_MAGIC):
             before = self.membership
             self._appended_change(txn, t)
@@ -832,8 +836,8 @@ class Node:
             done.append(pending)
         for pending in done:
             del ack_set[pending]
-        self.effects.append(CommitTo(z))
-        self._broadcast(Commit(z))
+        self.effects.append(_make(CommitTo, (z,)))
+        self._broadcast(_make(Commit, (z,)))
         if self._window and len(self.history) >= 2 * self._window:
             self._trim()
         if self._changes and not self.voting and self._changes[-1][0] <= z:
@@ -848,11 +852,11 @@ class Node:
             if z == succ:
                 self.history.append(txn)
                 self.reset_deadline(t)
-                self.effects.append(AppendTxn(txn))
+                self.effects.append(_make(AppendTxn, (txn,)))
                 if txn.payload.startswith(MEMBERSHIP_MAGIC):
                     self._appended_change(txn, t)
                 if not self.observing:
-                    self._send(leader, Ack(z))
+                    self._send(leader, _make(Ack, (z,)))
             elif z > succ:
                 self.start_election(t, "gap in proposals")
 
@@ -878,7 +882,7 @@ class Node:
                     self._send(leader, Ack(last))
             else:
                 self.last_committed = z
-                self.effects.append(CommitTo(z))
+                self.effects.append(_make(CommitTo, (z,)))
                 if self._window and len(self.history) >= 2 * self._window:
                     self._trim()
                 if self._changes and leader not in self.voter_ids and self._changes[-1][0] <= z:
@@ -1075,7 +1079,21 @@ class Node:
     # --------------------------------------------------------------- dispatch
 
     def on_message(self, src: int, msg: Message, t: int) -> None:
-        _HANDLERS[type(msg)](self, src, msg, t)
+        # a chain of type tests, most frequent first, rather than a dict of
+        # functions: compiled, each branch is a direct native call
+        cls = type(msg)
+        if cls is Ack:
+            self._on_ack(src, msg, t)  # type: ignore[arg-type]
+        elif cls is Propose:
+            self._on_propose(src, msg, t)  # type: ignore[arg-type]
+        elif cls is Commit:
+            self._on_commit(src, msg, t)  # type: ignore[arg-type]
+        elif cls is ReadPing:
+            self._on_read_ping(src, msg, t)  # type: ignore[arg-type]
+        elif cls is ReadPong:
+            self._on_read_pong(src, msg, t)  # type: ignore[arg-type]
+        else:
+            _HANDLERS[cls](self, src, msg, t)
 
 
 _HANDLERS: dict[type, Callable[[Node, int, Any, int], None]] = {

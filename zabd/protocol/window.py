@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from zabd.protocol.messages import SyncInfo, Txn
 
-U32_MAX = 0xFFFF_FFFF
+U32_MAX: Final = 0xFFFF_FFFF
 
 
 def epoch_ends(txns: Iterable[Txn]) -> dict[int, int]:

@@ -17,7 +17,7 @@ log's tail after ``base``.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from zabd.protocol.effects import (
     AppendTxn,
@@ -33,7 +33,7 @@ from zabd.protocol.node import Node
 
 # A snapshot every this many commit steps of a node, the log purged below
 # the older of the last two (ZooKeeper's snapCount and autopurge, scaled down).
-SNAP_EVERY = 8
+SNAP_EVERY: Final = 8
 
 
 class SnapshotTransfer(NamedTuple):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Sequence
+from typing import Final
 
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
 
-MAGIC = b"DSEZAB01"
+MAGIC: Final = b"DSEZAB01"
 _NODE = struct.Struct("<IBIIIIIII")
 _TXN = struct.Struct("<III")
 _U32 = struct.Struct("<I")

@@ -104,7 +104,9 @@ def committed_length(node: Node, history: Sequence[Txn] | None = None) -> int:
     return lo
 
 
-def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False) -> ScenarioResult:
+def run_scenario(
+    config: SimConfig, check: bool = True, keep_dump: bool = False, node_class: type[Node] = Node
+) -> ScenarioResult:
     checker: SafetyChecker | None = None
 
     def observe(tick: int, node: Node, effects: list[Effect]) -> None:
@@ -112,7 +114,7 @@ def run_scenario(config: SimConfig, check: bool = True, keep_dump: bool = False)
             checker.observe(tick, node, effects)
         metrics.observe(tick, node, effects)
 
-    sim = Simulator(config, observer=observe)
+    sim = Simulator(config, observer=observe, node_class=node_class)
     workload = sim.workload
     metrics = RunMetrics(config, workload.sched if workload is not None else None)
     disks = sim.disks

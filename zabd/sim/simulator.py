@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from zabd.protocol import zxid as zx
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 
 WORKLOADS = ("raw", "zk")
+_SENDER = itemgetter(0)  # of a message in flight: (src, dst, incarnation, msg)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +112,16 @@ class Simulator:
         observer: Observer | None = None,
         after_tick: TickObserver | None = None,
         skip_idle: bool = True,
+        node_class: type[Node] = Node,
     ) -> None:
+        """``node_class``: the core, or a subclass of it (tests plant bugs in one
+        to see the checker catch them)."""
         self.config = config
         n = config.nodes
         ids = list(range(1, n + 1))
         membership = config.initial_membership()
         self.nodes: list[Node] = [
-            Node(i, [p for p in ids if p != i], config.seed, config.options, membership=membership) for i in ids
+            node_class(i, [p for p in ids if p != i], config.seed, config.options, membership=membership) for i in ids
         ]
         self.up = [True] * (n + 1)
         self.incarnation = [0] * (n + 1)
@@ -136,7 +140,13 @@ class Simulator:
         for e in config.faults:
             if isinstance(e, (Crash, Restart, Change)):
                 self.node_events.setdefault(e.at, []).append(e)
-        self.heap: list[tuple[int, int, int, int, int, Message | SnapshotTransfer]] = []
+        # Messages in flight, by delivery tick: a send at t arrives at t+1..t+3
+        # (section 4: t + 1 + mix % 3, never before an earlier one on its link),
+        # so four buckets, one per tick mod 4, hold them all. A bucket is in
+        # send order; sorted stably by sender it is the (tick, sender, send
+        # order) order section 4 delivers in.
+        self.buckets: list[list[tuple[int, int, int, Message | SnapshotTransfer]]] = [[], [], [], []]
+        self.in_flight = 0
         # the windowed variant keeps each node's disk; the canonical one needs none
         self.disks = SimDisks(n) if config.options.windowed else None
         self.window_problem: tuple[int, int, str] | None = None
@@ -191,7 +201,7 @@ class Simulator:
         blocked = self.blocked[src]
         up = self.up
         incarnation = self.incarnation
-        heap = self.heap
+        buckets = self.buckets
         cuts = self.cuts
         seq = self.seq
         failed: list[tuple[int, int]] | None = None
@@ -223,9 +233,10 @@ class Simulator:
                 if row[dst] > at:
                     at = row[dst]
                 row[dst] = at
-                heappush(heap, (at, src, seq, dst, incarnation[dst], msg))
+                buckets[at & 3].append((src, dst, incarnation[dst], msg))
                 seq += 1
         self.stats.messages_sent += seq - self.seq
+        self.in_flight += seq - self.seq
         self.seq = seq
         if disks is not None:
             disks.purged(node)
@@ -265,7 +276,7 @@ class Simulator:
         rounds, k = cfg.rounds, cfg.proposals
         nodes = self.nodes
         up = self.up
-        heap = self.heap
+        buckets = self.buckets
         stats = self.stats
         pending: list[bytes] = []
         workload = self.workload
@@ -334,8 +345,13 @@ class Simulator:
                         stats.proposals_submitted += before - len(zk_pending)
                         break
             # step 3
-            while heap and heap[0][0] <= t:
-                _, src, _, dst, inc, msg = heappop(heap)
+            due = buckets[t & 3]
+            if due:
+                buckets[t & 3] = []
+                self.in_flight -= len(due)
+                if len(due) > 1:
+                    due.sort(key=_SENDER)  # stable: send order within a sender
+            for src, dst, inc, msg in due:
                 if not up[dst] or inc != incarnation[dst]:
                     stats.messages_discarded += 1
                     continue
@@ -366,8 +382,10 @@ class Simulator:
                 continue
             # next tick where anything can happen
             nxt = next_sched
-            if heap and heap[0][0] < nxt:
-                nxt = heap[0][0]
+            if self.in_flight:
+                soonest = t + 1 if buckets[(t + 1) & 3] else t + 2 if buckets[(t + 2) & 3] else t + 3
+                if soonest < nxt:
+                    nxt = soonest
             if fault_pos < len(fault_ticks) and fault_ticks[fault_pos] < nxt:
                 nxt = fault_ticks[fault_pos]
             min_wake = rounds
