@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import importlib
 import struct
 from collections.abc import Sequence
 from typing import Final
@@ -44,4 +44,8 @@ def dump(nodes: Sequence[Node], histories: Sequence[Sequence[Txn]] | None = None
 
 
 def digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    try:  # CPython's own SHA-256: hashlib's OpenSSL binding takes milliseconds to load, for one digest
+        sha = importlib.import_module("_sha256")
+    except ImportError:  # another Python (3.12 calls it _sha2): what hashlib has
+        sha = importlib.import_module("hashlib")
+    return str(sha.sha256(data).hexdigest())

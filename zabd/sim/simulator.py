@@ -8,7 +8,6 @@ no-ops, so the digest is the one the tick-by-tick loop of section 7 produces.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -67,6 +66,8 @@ class SimConfig:
             parts.append(f"--partition {flat}")
         if self.faults:
             # quoted: a one-way cut (cut:1>2@...) holds a shell redirection
+            import shlex  # here: only a reproducer needs it, not every ``zabd sim``
+
             parts.append("--faults " + shlex.quote(",".join(str(e) for e in self.faults)))
         if self.options != CANONICAL:
             parts.append(f"--variant {self.options.name}")
