@@ -430,8 +430,9 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         append_problems = report.summary() if report else "not checked"
         if report is None:
             notes.append("appends not checked: part of the log was purged")
+    membership = _membership_summary(changer, restored)
     if changer is not None:
-        notes.append(f"membership: {_membership_summary(changer, restored)}")
+        notes.append(f"membership: {membership}")
         (out / "membership.jsonl").write_text("".join(json.dumps(asdict(c)) + "\n" for c in changer.changes))
     summary = Summary(
         nemesis=cfg.nemesis, nodes=cfg.nodes, seconds=cfg.seconds, faults=faults,
@@ -441,7 +442,7 @@ async def run(cfg: RunConfig, log: Any = print) -> Summary:
         longest_no_write_s=round(_longest_gap(work.write_oks, t_start, t_end), 2),
         logs_agree=logs_agree, verify_ok=verify_ok, notes=notes,
         workload=cfg.workload, ephemerals_left=ephemerals_left, ephemerals=ephemerals,
-        membership=_membership_summary(changer, restored), membership_restored=changer is None or restored is not None,
+        membership=membership, membership_restored=changer is None or restored is not None,
     )
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
     return summary

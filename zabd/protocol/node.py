@@ -1042,12 +1042,11 @@ class Node:
     def _take_membership(self, t: int) -> None:
         """The membership in effect is the last change the history holds."""
         zxid, m = self._changes[-1] if self._changes else (self.base_membership_zxid, self.base_membership)
+        # set even for the same members: a SNAP or a restart may tell this node which change made them
+        self.membership_zxid = zxid
         if m == self.membership:
-            # the same members; a SNAP or a restart may tell this node which change made them
-            self.membership_zxid = zxid
             return
         old = self.membership
-        self.membership_zxid = zxid
         self._set_membership(m)
         self.effects.append(MembershipChanged(m, zxid))
         if self.role == LEADING:
@@ -1096,6 +1095,7 @@ class Node:
             _HANDLERS[cls](self, src, msg, t)
 
 
+# the rarer messages (elections, syncs); on_message tests for the frequent ones
 _HANDLERS: dict[type, Callable[[Node, int, Any, int], None]] = {
     LookForLeader: Node._on_look_for_leader,
     Vote: Node._on_vote_msg,
@@ -1103,13 +1103,8 @@ _HANDLERS: dict[type, Callable[[Node, int, Any, int], None]] = {
     AckEpoch: Node._on_ack_epoch,
     NewLeader: Node._on_new_leader,
     AckLeader: Node._on_ack_leader,
-    Propose: Node._on_propose,
-    Ack: Node._on_ack,
-    Commit: Node._on_commit,
     SyncInfo: Node._on_sync_info,
     Sync: Node._on_sync,
-    ReadPing: Node._on_read_ping,
-    ReadPong: Node._on_read_pong,
 }
 
 _NOTHING = SyncInfo(0, ())
