@@ -52,10 +52,12 @@ def test_an_edited_source_or_zabd_pure_loads_every_module_from_source(tmp_path: 
 
 
 @pytest.mark.skipif(not built, reason="the compiled core is not built here: the default run is the pure one")
-def test_the_core_and_simulator_tests_pass_on_the_pure_core_too() -> None:
+def test_the_compiled_modules_tests_pass_on_the_pure_core_too() -> None:
+    # the core, the simulator, and the codecs, trees and log records a server's write path runs compiled
     other = {"ZABD_PURE": "1"} if compiled.in_use() else {}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "tests/protocol",
-                          "tests/sim"], env={**os.environ, **other}, cwd=ROOT, capture_output=True, text=True)
+                          "tests/sim", "tests/kv", "tests/codec", "tests/storage"],
+                         env={**os.environ, **other}, cwd=ROOT, capture_output=True, text=True)
     tail = run.stdout.strip().splitlines()[-1:]
     assert run.returncode == 0, run.stdout[-3000:]
     assert tail and " passed" in tail[0] and "failed" not in tail[0], tail

@@ -170,7 +170,7 @@ class ConnectRequest:
 class Request(NamedTuple):  # a tuple: built for every request read, a frozen dataclass costs twice as much
     xid: int
     op: int
-    record: object
+    record: Any  # (not object: mypyc cannot build a NamedTuple field typed object)
     # a multi's per-op opcodes as ZooKeeper reckons them (createTTL for a TTL
     # mode, createContainer for CONTAINER, else the op's header type): pass
     # them to ``encode_reply`` so create results carry a Stat exactly when

@@ -408,13 +408,7 @@ class ZKMachine(RuleBasedStateMachine):
         self.now = T0
         self.sa = Standalone(clock_ms=lambda: self.now)
         self.log: list[tuple[int, bytes]] = []
-        inner = self.sa.tree.apply
-
-        def recording_apply(zxid: int, payload: bytes) -> Any:
-            self.log.append((zxid, payload))
-            return inner(zxid, payload)
-
-        self.sa.tree.apply = recording_apply  # type: ignore[method-assign]
+        self.sa.recorded = self.log
         self.model = Model()
         self.dead: list[int] = []
         self.new_session()

@@ -729,22 +729,16 @@ def some_history(zk: ZK) -> None:
 
 
 class Recorder:
-    """Keeps every (zxid, payload) a tree applies (wraps its apply)."""
+    """Keeps every (zxid, payload) a Standalone applies to its tree."""
 
-    def __init__(self, tree: DataTree) -> None:
+    def __init__(self, sa: Standalone) -> None:
         self.log: list[tuple[int, bytes]] = []
-        inner = tree.apply
-
-        def apply(zxid: int, payload: bytes) -> Any:
-            self.log.append((zxid, payload))
-            return inner(zxid, payload)
-
-        tree.apply = apply  # type: ignore[method-assign]
+        sa.recorded = self.log
 
 
 def test_apply_is_deterministic() -> None:
     zk = ZK()
-    rec = Recorder(zk.tree)
+    rec = Recorder(zk.sa)
     some_history(zk)
     a, b = DataTree(), DataTree()
     # the first session was created before the recorder: replay it too

@@ -9,7 +9,8 @@ from zabd.kv.zk.errors import Code, ZKError
 
 # Most paths have no dot-only names and no odd characters: one regex match
 # accepts them; everything else takes the character-by-character rules.
-_PLAIN = re.compile("(?:/[^/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff]+)+")
+# (re reads the escapes: mypyc refuses surrogates in string literals)
+_PLAIN = re.compile(r"(?:/[^/\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\U0010ffff]+)+")
 
 
 def _bad_char(c: str) -> bool:

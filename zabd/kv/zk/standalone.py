@@ -28,6 +28,9 @@ class Standalone:
         self.clock_ms = clock_ms or self._counter
         self.ids = SessionIds(server_id, START_MS)
         self.triggers: list[Trigger] = []  # what the last write changed, for watches
+        # every (zxid, payload) applied from now on, for a caller that replays
+        # them (a list to append to; the tree itself is compiled, not wrapped)
+        self.recorded: list[tuple[int, bytes]] | None = None
 
     def _counter(self) -> int:
         self._ticks += 1
@@ -38,6 +41,8 @@ class Standalone:
         self.zxid += 1
         self.leader.proposed(self.zxid, prepared)
         applied = self.tree.apply(self.zxid, prepared.payload)
+        if self.recorded is not None:
+            self.recorded.append((self.zxid, prepared.payload))
         self.leader.committed(self.zxid)
         self.triggers = applied.triggers
         return applied.result

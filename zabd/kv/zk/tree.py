@@ -573,17 +573,14 @@ class DataTree:
         fmt, applied, digest, rows, acls, sessions, count = msgpack.unpackb(data, raw=False, use_list=False)
         if fmt not in (2, _SNAP_FORMAT) or len(rows) != count:
             raise ValueError(f"ZooKeeper tree snapshot format {fmt} ({len(rows)}/{count} nodes) is not one of mine")
-        tree = cls.__new__(cls)
-        tree.nodes = {}
-        tree.sessions = {}
-        tree.ephemerals = {}
-        tree.containers = set()
-        tree.ttls = set()
+        tree = cls()
+        # the snapshot's rows hold the fixed nodes too: start from nothing
+        tree.nodes.clear()
         tree.digest = 0
-        tree.digests = deque(maxlen=DIGESTS_KEPT)
-        tree._acls = {}
-        tree._acl_bytes = {}
-        tree._hashes = {}
+        tree.digests.clear()
+        tree._acls.clear()
+        tree._acl_bytes.clear()
+        tree._hashes.clear()
         acl_table = [tree._intern(acls_unwire(a)) for a in acls]
         nodes = tree.nodes
         # parents come before their children in a snapshot (dict order is
