@@ -35,8 +35,9 @@ def sources() -> list[Path]:
 def clean() -> int:
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     removed = 0
-    for path in [*(p.with_suffix(suffix) for p in sources()), ROOT / (GROUP.replace(".", "/") + "__mypyc" + suffix),
-                 ROOT / MANIFEST]:
+    # every extension under zabd/ is one of ours: also those of a module since taken off the list,
+    # which Python would otherwise still import (and fail to, without its part of the shared library)
+    for path in [*(ROOT / "zabd").rglob("*" + suffix), ROOT / MANIFEST]:
         if path.exists():
             path.unlink()
             removed += 1

@@ -49,6 +49,22 @@ MODULES = (
     "zabd.server.pipeline",
     "zabd.server.payloads",
     "zabd.server.applier",
+    "zabd.server.peer_session",
+    "zabd.server.outbound",
+    "zabd.server.proposals",
+    "zabd.server.zk_sessions",
+    "zabd.server.zk_conn",
+    "zabd.storage.disk",
+    "zabd.kv.zk.records",
+    "zabd.kv.zk.events",
+    "zabd.kv.zk.reads",
+    "zabd.kv.zk.watches",
+    "zabd.codec.members",
+    "zabd.server.zk_stats",
+    "zabd.server.client_session",
+    "zabd.server.zk_port",
+    "zabd.server.link",
+    "zabd.server.transport",
 )
 GROUP = "zabd.native"  # the shared library: zabd/native__mypyc.*.so
 MANIFEST = "zabd/compiled.txt"

@@ -83,14 +83,15 @@ class PeerLink(Link):
         return self.session.take_output(now)
 
     def data_received(self, data: bytes) -> None:
+        # a name per except clause: compiled, the name keeps its first clause's type
         try:
             events = self.session.feed(data, time.monotonic())
-        except IdentityRefused as exc:
-            self.net.refusals.refused("peer connection refused: wrong identity", self.addr, str(exc))
+        except IdentityRefused as wrong:
+            self.net.refusals.refused("peer connection refused: wrong identity", self.addr, str(wrong))
             self.abort()
             return
-        except MembershipRefused as exc:
-            self.net.refusals.refused("peer connection refused: membership", self.addr, str(exc))
+        except MembershipRefused as outsider:
+            self.net.refusals.refused("peer connection refused: membership", self.addr, str(outsider))
             self.abort()
             return
         except FrameError as exc:

@@ -132,7 +132,7 @@ class DiskStorage:
         self._durable_zxid = 0
         self._error: BaseException | None = None
         self._stop = False
-        self._thread: threading.Thread | None = None
+        self._writer_thread: threading.Thread | None = None
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._commit_file = CommitFile(self.commit_path)
         self._commit_written = -1
@@ -241,8 +241,8 @@ class DiskStorage:
             base_zxid=base,
         )
         self._loaded = True
-        self._thread = threading.Thread(target=self._writer, name="zabd-log-writer", daemon=True)
-        self._thread.start()
+        self._writer_thread = threading.Thread(target=self._writer, name="zabd-log-writer", daemon=True)
+        self._writer_thread.start()
         # the window: every uncommitted txn, and the newest committed ones
         first = 0
         if self.window:
@@ -525,8 +525,8 @@ class DiskStorage:
             with self._cond:
                 self._stop = True
                 self._cond.notify_all()
-            if self._thread is not None:
-                self._thread.join()
+            if self._writer_thread is not None:
+                self._writer_thread.join()
             if self._plog is not None:
                 self._plog.close()
             self._commit_file.close()
