@@ -193,3 +193,30 @@ def test_fsync_off_still_round_trips(tmp_path: object) -> None:
     assert s.stats.syncs == 0
     s.close()
     assert reopen(d).history == run(1, 1, 100)
+
+
+async def test_segments_after_the_first_come_from_a_spare_made_in_the_background(tmp_path: object) -> None:
+    d = str(tmp_path)
+    kw = {"segment_bytes": 8192, "prealloc_bytes": 4096}
+    s = DiskStorage(d, **kw)  # type: ignore[arg-type]
+    s.load()
+    txns = run(1, 1, 400, b"spare" * 20)
+    for t in txns:
+        s.append(t)
+        if t.zxid % 50 == 0:
+            await s.flush()
+    await s.flush()
+    segs = segments(d)
+    assert len(segs) >= 3
+    # the first segment starts at prealloc_bytes and grows on the writer
+    # thread; the later ones were made whole (segment_bytes and one chunk for
+    # the last record's overshoot) before a rollover took them, so none grew
+    assert all(os.path.getsize(p) == 8192 + 4096 for p in segs[1:])
+    spare = os.path.join(d, "log", ".tmp-spare-segment")
+    assert os.path.exists(spare)  # the next one, made while this one fills
+    s.close()
+    assert not os.path.exists(spare)  # a clean stop leaves no spare behind
+    with open(spare, "wb") as f:  # a crash while one was being made
+        f.write(b"\0" * 100)
+    st = reopen(d, **kw)
+    assert st.history == txns and not os.path.exists(spare)
