@@ -68,12 +68,12 @@ class Recorder:
 
 
 class Rig:
-    def __init__(self, path: Path, node_id: int, early: bool = False) -> None:
+    def __init__(self, path: Path, node_id: int, early: bool = False, cumulative: bool = False) -> None:
         self.disk = DiskStorage(str(path))
         self.disk.load()
         self.node = Node(node_id, [p for p in (1, 2, 3) if p != node_id], 7, for_server(100, 1000, 500))
         self.out = Recorder()
-        self.pipe = EffectPipeline(self.disk, self.out, early_propose=early)
+        self.pipe = EffectPipeline(self.disk, self.out, early_propose=early, cumulative_acks=cumulative)
 
     def deliver(self, src: int, msg: Message, t: int = 10) -> list[tuple[str, Any]]:
         self.node.on_message(src, msg, t)
@@ -117,6 +117,22 @@ async def test_a_follower_acknowledges_only_what_is_on_disk(tmp_path: Path) -> N
     assert messages(rig.deliver(1, Propose(Txn(z, b"payload")))) == []
     assert messages(await rig.flush()) == [Ack(z)]
     assert [r.zxid for r in iter_records(str(tmp_path / "d2"))][-1] == z
+
+
+@pytest.mark.parametrize("cumulative", [False, True], ids=["every-ack", "cumulative-acks"])
+async def test_the_acks_one_flush_releases_go_out_as_the_last_one(tmp_path: Path, cumulative: bool) -> None:
+    rig = Rig(tmp_path / "d2", 2, cumulative=cumulative)
+    rig.deliver(1, NewEpoch(5))
+    await rig.flush()
+    rig.deliver(1, Sync(5, DIFF, 0, ()))
+    await rig.flush()
+    zs = [zx.make(5, c) for c in (1, 2, 3)]
+    for z in zs:
+        assert messages(rig.deliver(1, Propose(Txn(z, b"p")))) == []
+    acks = messages(await rig.flush())
+    # with cumulative acks the leader counts Ack(z3) for z1 and z2 too
+    assert acks == ([Ack(zs[-1])] if cumulative else [Ack(z) for z in zs])
+    assert [r.zxid for r in iter_records(str(tmp_path / "d2"))] == zs
 
 
 async def leader_rig(path: Path, early: bool) -> Rig:

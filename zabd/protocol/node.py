@@ -118,6 +118,7 @@ class Node:
         "quorum",
         "seed",
         "options",
+        "_cumulative_acks",
         # persistent
         "current_epoch",
         "accepted_epoch",
@@ -218,6 +219,7 @@ class Node:
         self.barriers: dict[int, tuple[int, int, set[int]]] = {}
         self._read_seq = 0
         self._window = options.window if options.windowed else 0
+        self._cumulative_acks = options.cumulative_acks
         self.effects: list[Effect] = []
         self._transition_at = 0
         self._taken_transition_at = 0
@@ -864,6 +866,21 @@ class Node:
         if self.role != LEADING:
             return
         self.last_heard[f] = t
+        if self._cumulative_acks:
+            if f not in self.voter_ids:
+                return
+            z = m.zxid
+            top = 0
+            # ack_set holds the proposals not committed yet, in zxid order
+            for pending, acked in self.ack_set.items():
+                if pending > z:
+                    break
+                acked.add(f)
+                if len(acked) >= self.quorum:
+                    top = pending
+            if top:
+                self._try_commit(top, t)
+            return
         acks = self.ack_set.get(m.zxid)
         if acks is not None and f in self.voter_ids:
             acks.add(f)

@@ -32,6 +32,12 @@ class Options:
     # A DIFF that would read more than ``diff_limit`` txns from disk becomes
     # a SNAP, as ZooKeeper prefers a snapshot to a very long diff.
     windowed: bool = False
+    # A follower's Ack(z) counts for every proposal at or below z: it appends
+    # in zxid order over a FIFO link and acknowledges only what is durable, so
+    # Ack(z) implies it holds everything of this leader's up to z. The server
+    # then sends only the last of the Acks one flush releases (one per batch
+    # instead of one per txn); the spec's leader counts Ack(z) for z alone.
+    cumulative_acks: bool = False
     window: int = 10_000
     diff_limit: int = 100_000
     sync_retry: int = 500
@@ -44,10 +50,12 @@ class Options:
 CANONICAL = Options()
 # What the simulator runs as ``--variant server``: the server's rules with a
 # tiny window, so that syncs read from disk, cut and snapshot all the time.
-SERVER = Options(vote_on_follow=True, windowed=True, window=8, diff_limit=24, sync_retry=300)
+SERVER = Options(vote_on_follow=True, windowed=True, cumulative_acks=True, window=8, diff_limit=24,
+                 sync_retry=300)
 VARIANTS = {"canonical": CANONICAL, "server": SERVER}
 
 
 def for_server(window: int, diff_limit: int, sync_retry: int) -> Options:
     """The server's variant with its configured window and limits."""
-    return Options(vote_on_follow=True, windowed=True, window=window, diff_limit=diff_limit, sync_retry=sync_retry)
+    return Options(vote_on_follow=True, windowed=True, cumulative_acks=True, window=window, diff_limit=diff_limit,
+                   sync_retry=sync_retry)

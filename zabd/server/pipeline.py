@@ -8,11 +8,14 @@ logs). Client answers (``CommitTo``) and role changes wait in the same queue
 as sends, so nothing leaves ahead of what it depends on (ZOOKEEPER-3911,
 -4643, -4646 were acknowledgements that left before their data was durable).
 
-Two liberties, neither visible to the protocol:
+Liberties, none visible to the protocol:
 
 * within one batch of effects only the last ``Broadcast(Commit)`` and the
   last ``CommitTo`` are carried out: a commit covers every zxid below it, and
   a follower that receives ``Commit(z2)`` without ``Commit(z1)`` commits both;
+* ``cumulative_acks`` (the core's option of that name): of the Acks one
+  flush releases back to back to the same leader, only the last is sent; that
+  leader counts Ack(z) for every proposal up to z;
 * ``leader_early_propose``: a leader's ``Broadcast(Propose)`` with nothing
   held before it leaves while the leader's own append syncs, as ZooKeeper's
   leader does (a proposal acknowledges nothing; the Commit and CommitTo it
@@ -41,7 +44,7 @@ from zabd.protocol.effects import (
     SendSync,
     TruncateAppend,
 )
-from zabd.protocol.messages import Commit, Message, Propose
+from zabd.protocol.messages import Ack, Commit, Message, Propose
 from zabd.storage.base import Storage
 
 
@@ -70,12 +73,14 @@ class EffectPipeline:
         speaker: Speaker,
         *,
         early_propose: bool = False,
+        cumulative_acks: bool = False,
         install: Callable[[int], None] | None = None,
     ) -> None:
         """``install``: carries out InstallSnapshot (state machine and storage)."""
         self.storage = storage
         self.speaker = speaker
         self.early_propose = early_propose
+        self.cumulative_acks = cumulative_acks
         self.written = 0  # persist effects handed to storage
         self.durable = 0  # persist effects known durable
         self.held: deque[tuple[int, Effect]] = deque()
@@ -127,11 +132,17 @@ class EffectPipeline:
     def flushed(self, upto: int) -> None:
         """Every persist effect up to number ``upto`` is durable: speak what
         waited for it."""
-        self.durable = max(self.durable, upto)
+        durable = self.durable = max(self.durable, upto)
         held = self.held
         speak = self._speak
-        while held and held[0][0] <= self.durable:
+        cumulative = self.cumulative_acks
+        while held and held[0][0] <= durable:
             e = held.popleft()[1]
+            if cumulative and held and held[0][0] <= durable and _is_ack(e) and _is_ack(held[0][1]):
+                after = held[0][1]
+                assert isinstance(e, Send) and isinstance(after, Send)
+                if after.dst == e.dst:
+                    continue  # the next Ack, to the same leader, covers this one
             speak[type(e)](e)
 
 
@@ -139,6 +150,10 @@ def _install(install: Callable[[int], None] | None, zxid: int) -> None:
     if install is None:
         raise RuntimeError("InstallSnapshot without an installer")
     install(zxid)
+
+
+def _is_ack(e: Effect) -> bool:
+    return type(e) is Send and type(e.msg) is Ack
 
 
 def _is_commit(e: Effect) -> bool:

@@ -113,9 +113,8 @@ class Replica:
         )
         self.send, self.broadcast, self.send_sync = self.outbound.send, self.outbound.broadcast, self.outbound.send_sync
         self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed
-        self.pipeline = EffectPipeline(
-            storage, self, early_propose=config.leader_early_propose, install=self.sync.install
-        )
+        self.pipeline = EffectPipeline(storage, self, early_propose=config.leader_early_propose,
+                                       cumulative_acks=options.cumulative_acks, install=self.sync.install)
         self._inline_flush = type(storage) is MemoryStorage
         self._on_peer: dict[type, Callable[[int, Any], None]] = {cls: self._core_message for cls in EXTENDED_TYPES}
         self._on_peer |= {
