@@ -15,6 +15,7 @@ from collections.abc import Callable
 from zabd.codec import client as schema
 from zabd.codec.framing import frame
 from zabd.kv.machine import StateMachine
+from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
 from zabd.server.client_session import ClientSession
@@ -54,6 +55,20 @@ class Applier:
         applied = self.applied
         if z <= applied:
             return []
+        new: list[Txn] = []
+        base = self.node.base
+        if applied < base:
+            # One commit covered more than the core's window (cumulative acks
+            # commit a whole batch at once): what left memory before it was
+            # applied here comes back from the log, where it is durable.
+            upto = min(base, z)
+            while applied < upto:
+                page = self.storage.read_range(applied, upto, self.page_bytes)
+                if not page:
+                    raise RuntimeError(f"committed txns after {zx.fmt(applied)} are in neither memory nor the log")
+                new += page
+                applied = page[-1].zxid
+            self._list = []
         history = self.node.history
         i = self._index
         if history is not self._list or i > len(history) or (i and history[i - 1].zxid != applied):
@@ -63,7 +78,7 @@ class Applier:
         n = len(history)
         while j < n and history[j].zxid <= z:
             j += 1
-        new = history[i:j]
+        new += history[i:j]
         self._index = j
         apply = self.machine.apply
         for txn in new:
