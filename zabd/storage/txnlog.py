@@ -375,6 +375,7 @@ def cut_file(fd: int, cut: int, size: int, sync: bool) -> None:
 
 SPARE_NAME = ".tmp-spare-segment"  # removed with the other temp files when a log is loaded
 SPARE_PAUSE = 0.002  # seconds between two synced 1 MiB chunks of a spare
+SPARE_SLACK = 1 << 20  # a spare's room past segment_bytes
 
 
 class SpareSegment:
@@ -521,9 +522,11 @@ class PhysicalLog:
         # halfway through a segment: a log that never gets there (tests, a
         # quiet cluster) never pays for a second segment's zeros
         if self._spare is None and self.segments and self.segments[-1].end >= self.segment_bytes // 2:
-            # a segment's last record may run past segment_bytes: one chunk
-            # more, as far as a segment grown chunk by chunk reached
-            size = max(self.segment_bytes, SEG_HEADER_SIZE) + self.prealloc_bytes
+            # A segment's last record may run past segment_bytes: room for
+            # one of up to SPARE_SLACK more (a larger one grows the file as
+            # before). Not a whole prealloc chunk: with small segments (tests)
+            # every spare would be 16 MiB of zeros.
+            size = max(self.segment_bytes, SEG_HEADER_SIZE) + min(self.prealloc_bytes, SPARE_SLACK)
             self._spare = SpareSegment(os.path.join(self.dir, SPARE_NAME), size, self.fsync)
 
     _seq_floor = 0
