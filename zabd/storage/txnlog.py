@@ -41,7 +41,7 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -364,13 +364,20 @@ def cut_file(fd: int, cut: int, size: int, sync: bool) -> None:
     os.ftruncate(fd, cut)
     if sync:
         os.fdatasync(fd)
-    pos = cut
-    while pos < size:
-        n = min(len(_ZERO_CHUNK), size - pos)
-        os.pwrite(fd, _ZERO_CHUNK[:n], pos)
-        pos += n
+    write_zeros(fd, cut, size)
     if sync:
         os.fdatasync(fd)
+
+
+def write_zeros(fd: int, start: int, end: int, each: Callable[[], None] | None = None) -> None:
+    """Zeros over ``[start, end)``, 1 MiB per write; ``each`` runs after every write."""
+    pos = start
+    while pos < end:
+        n = min(len(_ZERO_CHUNK), end - pos)
+        os.pwrite(fd, _ZERO_CHUNK[:n], pos)
+        pos += n
+        if each is not None:
+            each()
 
 
 SPARE_NAME = ".tmp-spare-segment"  # removed with the other temp files when a log is loaded
@@ -397,18 +404,16 @@ class SpareSegment:
     def _make(self, fsync: bool) -> None:
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+            def synced_chunk() -> None:
+                # A chunk at a time, with a pause: 80 MiB synced at once
+                # filled the disk's queue, and the writer's own fdatasyncs
+                # behind it took 10-35 ms instead of ~0.3.
+                os.fdatasync(fd)
+                time.sleep(SPARE_PAUSE)
+
             try:
-                pos = 0
-                while pos < self.size:
-                    n = min(len(_ZERO_CHUNK), self.size - pos)
-                    os.pwrite(fd, _ZERO_CHUNK[:n], pos)
-                    pos += n
-                    if fsync:
-                        # A chunk at a time, with a pause: 80 MiB synced at
-                        # once filled the disk's queue, and the writer's own
-                        # fdatasyncs behind it took 10-35 ms instead of ~0.3.
-                        os.fdatasync(fd)
-                        time.sleep(SPARE_PAUSE)
+                write_zeros(fd, 0, self.size, synced_chunk if fsync else None)
             finally:
                 os.close(fd)
         except OSError as exc:  # the rollover then makes its segment the slow way
@@ -477,13 +482,6 @@ class PhysicalLog:
             os.close(self._fd)
             self._fd = -1
 
-    def _write_zeros(self, fd: int, start: int, end: int) -> None:
-        pos = start
-        while pos < end:
-            n = min(len(_ZERO_CHUNK), end - pos)
-            os.pwrite(fd, _ZERO_CHUNK[:n], pos)
-            pos += n
-
     def _new_segment(self, base_zxid: int) -> None:
         """Create the next segment complete and durable before using it, so a
         final name never holds a half-written header."""
@@ -510,7 +508,7 @@ class PhysicalLog:
                 os.pwrite(fd, header, 0)
                 # Zeros written for real (not fallocate): later appends then
                 # change no file metadata and fdatasync writes data only.
-                self._write_zeros(fd, SEG_HEADER_SIZE, self.prealloc_bytes)
+                write_zeros(fd, SEG_HEADER_SIZE, self.prealloc_bytes)
                 self._sync_fd(fd)
             finally:
                 os.close(fd)
@@ -566,7 +564,7 @@ class PhysicalLog:
             # Extend in large chunks; the zeros must be durable before records
             # land in them (a record past the durable size could be lost).
             new_alloc = max(end, seg.alloc + self.prealloc_bytes)
-            self._write_zeros(fd, seg.alloc, new_alloc)
+            write_zeros(fd, seg.alloc, new_alloc)
             self._sync_fd(fd)
             seg.alloc = new_alloc
         os.pwrite(fd, blob, seg.end)
