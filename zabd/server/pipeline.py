@@ -138,10 +138,9 @@ class EffectPipeline:
         cumulative = self.cumulative_acks
         while held and held[0][0] <= durable:
             e = held.popleft()[1]
-            if cumulative and held and held[0][0] <= durable and _is_ack(e) and _is_ack(held[0][1]):
+            if cumulative and type(e) is Send and type(e.msg) is Ack and held and held[0][0] <= durable:
                 after = held[0][1]
-                assert isinstance(e, Send) and isinstance(after, Send)
-                if after.dst == e.dst:
+                if type(after) is Send and type(after.msg) is Ack and after.dst == e.dst:
                     continue  # the next Ack, to the same leader, covers this one
             speak[type(e)](e)
 
@@ -150,10 +149,6 @@ def _install(install: Callable[[int], None] | None, zxid: int) -> None:
     if install is None:
         raise RuntimeError("InstallSnapshot without an installer")
     install(zxid)
-
-
-def _is_ack(e: Effect) -> bool:
-    return type(e) is Send and type(e.msg) is Ack
 
 
 def _is_commit(e: Effect) -> bool:
