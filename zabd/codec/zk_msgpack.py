@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 
-from zabd.codec.framing import frame, short
+from zabd.codec.framing import frame, pack, short
 from zabd.kv.zk.acl import from_wire as unpack_acl
 from zabd.kv.zk.acl import to_wire as pack_acl
 from zabd.kv.zk.errors import Code
@@ -119,8 +119,7 @@ def _op(req: Request) -> list[Any]:
 
 
 def encode_request(req: Request) -> bytes:
-    data: bytes = msgpack.packb(_op(req), use_bin_type=True)
-    return data
+    return pack(_op(req))
 
 
 def _str(x: Any) -> str:

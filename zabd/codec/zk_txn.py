@@ -29,6 +29,8 @@ from typing import Any
 
 import msgpack
 
+from zabd.codec.framing import pack
+
 # 0xc1 is never the first byte of a msgpack value (see zabd.kv.kvmachine)
 ZK_MAGIC = b"\xc1zk1"
 
@@ -56,8 +58,7 @@ def encode(kind: int, time_ms: int, session: int, *fields: Any) -> bytes:
 
 def encode_body(txn: list[Any]) -> bytes:
     """``[type, time_ms, session_id, *fields]`` as a txn's payload."""
-    body: bytes = msgpack.packb(txn, use_bin_type=True)
-    return ZK_MAGIC + body
+    return ZK_MAGIC + pack(txn)
 
 
 def decode(payload: bytes) -> list[Any]:
