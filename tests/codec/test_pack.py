@@ -23,8 +23,8 @@ def test_pack_is_packb(value: object) -> None:
 
 
 def test_a_frame_past_the_kept_buffer_and_the_one_after_it() -> None:
-    # a large frame replaces the shared packer (no big buffer kept); the
-    # frames before and after it are packed as packb packs them
+    # a frame past the initial buffer replaces the shared packer (no big
+    # buffer kept); the frames before and after it are packb's bytes too
     small = (6, 2**40 + 7, b"x" * 1100)
     big = (7, b"y" * (1 << 20))
     for value in (small, big, small, big, small):
