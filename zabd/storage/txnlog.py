@@ -355,11 +355,11 @@ def _zero_tail(path: str, start: int, size: int) -> None:
 
 
 def cut_file(fd: int, cut: int, size: int, sync: bool) -> None:
-    """Drop everything from ``cut`` on, then restore the zero-filled
-    preallocation up to ``size``. Zeroing in place could persist out of order
-    (a zeroed header before a still-intact record after it: unreadable); a
-    truncate is one metadata change, durable before the zeros come back, so
-    every crash point leaves the old bytes or a clean end."""
+    """Drop everything from ``cut`` on, then restore the preallocation up to
+    ``size``. Zeroing in place could persist out of order (a zeroed header
+    before a still-intact record after it: unreadable); a truncate is one
+    metadata change, durable before the preallocation comes back, so every
+    crash point leaves the old bytes or a clean end."""
     os.ftruncate(fd, cut)
     if sync:
         os.fdatasync(fd)
@@ -506,12 +506,12 @@ class PhysicalLog:
 
     def _prepare_spare(self) -> None:
         # halfway through a segment: a log that never gets there (tests, a
-        # quiet cluster) never pays for a second segment's zeros
+        # quiet cluster) never pays for a second segment
         if self._spare is None and self.segments and self.segments[-1].end >= self.segment_bytes // 2:
             # A segment's last record may run past segment_bytes: room for
             # one of up to SPARE_SLACK more (a larger one grows the file as
             # before). Not a whole prealloc chunk: with small segments (tests)
-            # every spare would be 16 MiB of zeros.
+            # every spare would be 16 MiB.
             size = max(self.segment_bytes, SEG_HEADER_SIZE) + min(self.prealloc_bytes, SPARE_SLACK)
             self._spare = SpareSegment(os.path.join(self.dir, SPARE_NAME), size, self.fsync)
 
@@ -549,8 +549,8 @@ class PhysicalLog:
         fd = self._open_current()
         end = seg.end + len(blob)
         if end > seg.alloc:
-            # Extend in large chunks; the zeros must be durable before records
-            # land in them (a record past the durable size could be lost).
+            # Extend in large chunks; the allocation must be durable before
+            # records land in it (a record past the durable size could be lost).
             new_alloc = max(end, seg.alloc + self.prealloc_bytes)
             preallocate(fd, seg.alloc, new_alloc)
             self._sync_fd(fd)
