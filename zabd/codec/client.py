@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from zabd.codec.framing import frame, pack_header
+from zabd.codec.framing import frame, pack, pack_header
 
 VERSION = 1
 U64 = 2**64 - 1
@@ -271,5 +271,5 @@ _OK_ZXID_B = _packb("ok") + _packb(True) + _packb("zxid") + b"\xcf"
 def ok_zxid_frame(rid: int, zxid: int) -> bytes:
     """The frame of {"v": 1, "id": rid, "ok": true, "zxid": zxid}, built
     without msgpack's encoder: it answers most requests (propose, sync)."""
-    body: bytes = _OK_ZXID_A + _packb(rid) + _OK_ZXID_B + zxid.to_bytes(8, "big")
+    body: bytes = _OK_ZXID_A + pack(rid) + _OK_ZXID_B + zxid.to_bytes(8, "big")
     return pack_header(len(body)) + body

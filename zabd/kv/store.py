@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, cast
 
 import msgpack
 
+from zabd.codec.framing import pack
 from zabd.protocol.messages import Txn
 
 OK = "ok"
@@ -74,9 +75,7 @@ class Result(NamedTuple):
         return self.code == OK
 
 
-def _pack(obj: object) -> bytes:
-    data: bytes = msgpack.packb(obj, use_bin_type=True)
-    return data
+_pack = pack  # a write's payload: the shared Packer (not the snapshot: that runs on its own thread)
 
 
 def encode_set(key: str, value: bytes, version: int) -> bytes:
@@ -162,7 +161,8 @@ class KVStore:
     def encode_view(self, view: object) -> bytes:
         applied, data = cast(tuple[int, dict[str, tuple[bytes, int]]], view)
         items = [[k, v[0], v[1]] for k, v in sorted(data.items())]
-        return _pack([_SNAP_VERSION, applied, items])
+        body: bytes = msgpack.packb([_SNAP_VERSION, applied, items])
+        return body
 
     def snapshot(self) -> bytes:
         return self.encode_view(self.snapshot_view())
