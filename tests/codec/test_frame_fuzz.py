@@ -72,6 +72,7 @@ from zabd.protocol.messages import (
     NewEpoch,
     NewLeader,
     Propose,
+    ProposeMany,
     ReadPing,
     ReadPong,
     Txn,
@@ -253,6 +254,7 @@ def peer_corpus() -> list[bytes]:
     messages = [
         LookForLeader(1, 5, 2), Vote(1, 5, 2, 3), NewEpoch(2), AckEpoch(2, 1, 5), NewLeader(2, txns), AckLeader(2),
         Propose(Txn(1 << 32 | 3, b"x")), Ack(1 << 32 | 3), Commit(1 << 32 | 3), ReadPing(7), ReadPong(7),
+        ProposeMany(txns),
     ]
     out = [_body(wire.encode_message(m)) for m in messages]
     zk_write = (-5, (("digest", "u:h"),), zk_msgpack.encode_request(ZK_SEEDS[0]))

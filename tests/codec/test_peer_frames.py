@@ -19,6 +19,7 @@ from zabd.protocol.messages import (
     NewEpoch,
     NewLeader,
     Propose,
+    ProposeMany,
     Txn,
     Vote,
 )
@@ -38,6 +39,7 @@ messages = st.one_of(
     st.builds(Propose, txn),
     st.builds(Ack, u64),
     st.builds(Commit, u64),
+    st.builds(ProposeMany, history.filter(bool)),
 )
 
 

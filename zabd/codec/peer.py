@@ -2,8 +2,9 @@
 
 A body is a msgpack array ``[tag, *fields]``. Tags 0..8 are the core's
 canonical messages (the index in ``MESSAGE_TYPES``), 9 and 10 the read
-barrier's ``ReadPing``/``ReadPong`` (``EXTENDED_TYPES``), so a message maps
-1:1 to a frame.
+barrier's ``ReadPing``/``ReadPong``, 11 ``ProposeMany`` (``EXTENDED_TYPES``),
+so a message maps 1:1 to a frame, except a ProposeMany above a frame's size,
+which goes as consecutive ProposeMany frames.
 Tags from 64 up are the driver's frames, which the core never sees:
 
 | tag | frame | direction | fields |
@@ -39,13 +40,14 @@ from zabd.protocol.messages import (
     NewEpoch,
     NewLeader,
     Propose,
+    ProposeMany,
     ReadPing,
     ReadPong,
     Txn,
     Vote,
 )
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3  # 3: ProposeMany (a node of 2 would drop the link at the first batch)
 
 TAG_HELLO = 64
 TAG_FORWARD = 65
@@ -62,6 +64,7 @@ TAG_ZK_TOUCH = 76
 TAG_MEMBERS = 77
 
 TAG_OF: dict[type, int] = {cls: i for i, cls in enumerate(EXTENDED_TYPES)}
+TAG_PROPOSE_MANY = TAG_OF[ProposeMany]
 SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
 
 # A KV write on the wire: (op, key, value, version), op in put/cas/delete.
@@ -216,6 +219,16 @@ def encode_new_leader(msg: NewLeader, max_frame: int) -> list[bytes]:
     return [frame((TAG_NEWLEADER_PART, msg.epoch, int(k == last), chunk)) for k, chunk in enumerate(chunks)]
 
 
+def encode_propose_many(msg: ProposeMany, max_frame: int) -> list[bytes]:
+    """One ProposeMany as one frame, or as consecutive ProposeMany frames of
+    its txns when it would not fit in ``max_frame``: the receiver's core takes
+    them one after another as it would the one."""
+    chunks = txn_chunks(msg.txns, max_frame // 2)
+    if len(chunks) == 1:
+        return [encode_message(msg)]
+    return [frame((TAG_PROPOSE_MANY, chunk)) for chunk in chunks]
+
+
 # --------------------------------------------------------------- decoding
 
 # tuple.__new__ directly: a NamedTuple's own __new__ is a Python-level lambda,
@@ -255,6 +268,11 @@ def _core(tag: int, body: tuple[Any, ...]) -> Message | None:
     elif tag == 6:
         if n == 2:
             return _tnew(Propose, (decode_txn(body[1]),))
+    elif tag == 11:
+        if n == 2:
+            txns = decode_txns(body[1], "ProposeMany")
+            if txns:
+                return _tnew(ProposeMany, (txns,))
     elif tag == 0:
         if n == 4 and is_u32(body[1]) and is_u64(body[2]) and is_u32(body[3]):
             return LookForLeader(body[1], body[2], body[3])

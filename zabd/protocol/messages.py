@@ -103,9 +103,16 @@ class ReadPong(NamedTuple):
     seq: int
 
 
+class ProposeMany(NamedTuple):
+    """Leader -> followers: consecutive proposals, as the Proposes of each
+    ``txns`` in order would say (server variant, ``Options.batch_proposals``)."""
+
+    txns: History
+
+
 Message = (
     LookForLeader | Vote | NewEpoch | AckEpoch | NewLeader | AckLeader | Propose | Ack | Commit | SyncInfo | Sync
-    | ReadPing | ReadPong
+    | ReadPing | ReadPong | ProposeMany
 )
 
 # Stable wire tags: the index of each type in this tuple. Append only. The
@@ -123,4 +130,4 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     Commit,
 )
 
-EXTENDED_TYPES: tuple[type[Message], ...] = (*MESSAGE_TYPES, ReadPing, ReadPong)
+EXTENDED_TYPES: tuple[type[Message], ...] = (*MESSAGE_TYPES, ReadPing, ReadPong, ProposeMany)

@@ -63,6 +63,7 @@ from zabd.protocol.messages import (
     NewEpoch,
     NewLeader,
     Propose,
+    ProposeMany,
     ReadPing,
     ReadPong,
     Sync,
@@ -119,6 +120,7 @@ class Node:
         "seed",
         "options",
         "_cumulative_acks",
+        "_batching",
         # persistent
         "current_epoch",
         "accepted_epoch",
@@ -164,6 +166,9 @@ class Node:
         "_announced",
         "_transition_at",
         "_taken_transition_at",
+        # batch_proposals: the txns of the open batch, and the index in effects of its Broadcast
+        "_batch",
+        "_batch_at",
     )
 
     def __init__(
@@ -220,6 +225,9 @@ class Node:
         self._read_seq = 0
         self._window = options.window if options.windowed else 0
         self._cumulative_acks = options.cumulative_acks
+        self._batching = options.batch_proposals
+        self._batch: list[Txn] | None = None
+        self._batch_at = -1
         self.effects: list[Effect] = []
         self._transition_at = 0
         self._taken_transition_at = 0
@@ -305,6 +313,7 @@ class Node:
         """Lose all volatile state; persistent fields are kept."""
         self._reset_volatile()
         self.effects.clear()
+        self._batch = None
         self._transition_at = self._taken_transition_at = 0
 
     def restart(self, t: int) -> None:
@@ -314,6 +323,8 @@ class Node:
         self.wake = t
 
     def take_effects(self) -> list[Effect]:
+        if self._batch is not None:
+            self._close_batch()
         effects = self.effects
         self.effects = []
         self._taken_transition_at = self._transition_at
@@ -325,6 +336,8 @@ class Node:
         where in the pending effects it happened (see ``send_dropped``)."""
         self.leader_lost = False
         self._transition_at = len(self.effects)
+        if self._batch is not None:  # what follows the transition starts after it
+            self._close_batch()
 
     def last_zxid(self) -> int:
         h = self.history
@@ -779,15 +792,51 @@ class Node:
         txn = _make(Txn, (z, payload))
         self.history.append(txn)
         self.ack_set[z] = {self.id} if self.voting else set()
-        self.effects.append(_make(AppendTxn, (txn,)))
-        self._broadcast(_make(Propose, (txn,)))
-        if payload.startswith(MEMBERSHIP_MAGIC):
+        change = payload.startswith(MEMBERSHIP_MAGIC)
+        if self._batching and not change:
+            self._propose_batched(txn)
+        else:
+            if self._batch is not None:
+                self._close_batch()
+            self.effects.append(_make(AppendTxn, (txn,)))
+            self._broadcast(_make(Propose, (txn,)))
+        if change:
             before = self.membership
             self._appended_change(txn, t)
             for f in sorted(before.members - self.membership.members - {self.id}):
                 self._send(f, Propose(txn))  # a removed member learns it was removed
         self._try_commit(z, t)
         return z
+
+    def _propose_batched(self, txn: Txn) -> None:
+        """Into the open batch while its Broadcast is still the last effect
+        (nothing was said since), the append before that Broadcast; or a new
+        batch. One txn goes as a plain Propose; more as one ProposeMany."""
+        effects = self.effects
+        batch = self._batch
+        at = self._batch_at
+        if batch is not None and at == len(effects) - 1:
+            effects.insert(at, _make(AppendTxn, (txn,)))
+            at += 1
+            self._batch_at = at
+            batch.append(txn)
+            if len(batch) == 2:  # the list is frozen into a tuple by _close_batch
+                effects[at] = _make(Broadcast, (_make(ProposeMany, (batch,)),))
+            return
+        if batch is not None:
+            self._close_batch()
+        effects.append(_make(AppendTxn, (txn,)))
+        self._batch = [txn]
+        self._batch_at = len(effects)
+        effects.append(_make(Broadcast, (_make(Propose, (txn,)),)))
+
+    def _close_batch(self) -> None:
+        """No more txns join the open batch; its message is frozen: a message
+        is a value once it leaves."""
+        batch = self._batch
+        if batch is not None and len(batch) > 1:
+            self.effects[self._batch_at] = _make(Broadcast, (_make(ProposeMany, (tuple(batch),)),))
+        self._batch = None
 
     def read_barrier(self, token: int, t: int) -> None:
         """Begin a linearizable read (server variant, like Raft's ReadIndex):
@@ -861,6 +910,44 @@ class Node:
                     self._send(leader, _make(Ack, (z,)))
             elif z > succ:
                 self.start_election(t, "gap in proposals")
+
+    def _on_propose_many(self, leader: int, m: ProposeMany, t: int) -> None:
+        """The Proposes of ``m.txns`` in order. With cumulative acks, one Ack
+        for the last txn appended answers the run of txns before it, and a
+        membership change is answered as its own Propose would be (it can
+        change whether this node votes)."""
+        if not (self.role == FOLLOWING and self.leader == leader and self.in_sync):
+            return
+        if not self._cumulative_acks:
+            for txn in m.txns:
+                self._on_propose(leader, _make(Propose, (txn,)), t)
+            return
+        history = self.history
+        effects = self.effects
+        unacked = 0
+        succ = self.successor()
+        for txn in m.txns:
+            z = txn.zxid
+            if z != succ:
+                if z > succ:
+                    self.start_election(t, "gap in proposals")
+                    return
+                continue
+            if txn.payload.startswith(MEMBERSHIP_MAGIC):
+                if unacked and not self.observing:
+                    self._send(leader, _make(Ack, (unacked,)))
+                unacked = 0
+                self._on_propose(leader, _make(Propose, (txn,)), t)
+                succ = self.successor()
+                continue
+            history.append(txn)
+            effects.append(_make(AppendTxn, (txn,)))
+            unacked = z
+            succ = z + 1  # the next counter in the same epoch
+        if unacked:
+            self.reset_deadline(t)
+            if not self.observing:
+                self._send(leader, _make(Ack, (unacked,)))
 
     def _on_ack(self, f: int, m: Ack, t: int) -> None:
         if self.role != LEADING:
@@ -1104,6 +1191,8 @@ class Node:
             self._on_propose(src, msg, t)  # type: ignore[arg-type]
         elif cls is Commit:
             self._on_commit(src, msg, t)  # type: ignore[arg-type]
+        elif cls is ProposeMany:
+            self._on_propose_many(src, msg, t)  # type: ignore[arg-type]
         elif cls is ReadPing:
             self._on_read_ping(src, msg, t)  # type: ignore[arg-type]
         elif cls is ReadPong:

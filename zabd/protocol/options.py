@@ -38,6 +38,11 @@ class Options:
     # then sends only the last of the Acks one flush releases (one per batch
     # instead of one per txn); the spec's leader counts Ack(z) for z alone.
     cumulative_acks: bool = False
+    # (needs cumulative_acks) The proposals a leader makes between two
+    # take_effects travel as one ProposeMany, and a follower answers it with
+    # one Ack for its last txn: one message and one core event per batch
+    # instead of per txn, the same txns in the same order on the same FIFO link.
+    batch_proposals: bool = False
     window: int = 10_000
     diff_limit: int = 100_000
     sync_retry: int = 500
@@ -50,12 +55,12 @@ class Options:
 CANONICAL = Options()
 # What the simulator runs as ``--variant server``: the server's rules with a
 # tiny window, so that syncs read from disk, cut and snapshot all the time.
-SERVER = Options(vote_on_follow=True, windowed=True, cumulative_acks=True, window=8, diff_limit=24,
-                 sync_retry=300)
+SERVER = Options(vote_on_follow=True, windowed=True, cumulative_acks=True, batch_proposals=True, window=8,
+                 diff_limit=24, sync_retry=300)
 VARIANTS = {"canonical": CANONICAL, "server": SERVER}
 
 
 def for_server(window: int, diff_limit: int, sync_retry: int) -> Options:
     """The server's variant with its configured window and limits."""
-    return Options(vote_on_follow=True, windowed=True, cumulative_acks=True, window=window, diff_limit=diff_limit,
-                   sync_retry=sync_retry)
+    return Options(vote_on_follow=True, windowed=True, cumulative_acks=True, batch_proposals=True, window=window,
+                   diff_limit=diff_limit, sync_retry=sync_retry)

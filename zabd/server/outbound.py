@@ -1,8 +1,9 @@
 """The core's messages on their way to peer links.
 
 A message becomes frames here: a ``SyncInfo`` becomes its driver frame, a
-``SendSync`` the frames of a sync plan (``sync``), a broadcast is encoded
-once for every link. A message that finds its link down is lost, and the
+``SendSync`` the frames of a sync plan (``sync``), a ``ProposeMany`` above
+``max_frame`` several ProposeMany frames, a broadcast is encoded once for
+every link. A message that finds its link down is lost, and the
 core learns that the link broke (spec section 5).
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from zabd.codec import peer as wire
 from zabd.protocol.effects import SendSync
-from zabd.protocol.messages import AckLeader, Message, NewLeader, SyncInfo
+from zabd.protocol.messages import AckLeader, Message, NewLeader, ProposeMany, SyncInfo
 from zabd.protocol.node import Node
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
@@ -62,7 +63,16 @@ class Outbound:
                 self.send(peer, msg)
             return
         net = self.transport
-        data = self._encode(msg)
+        if type(msg) is ProposeMany:
+            frames = wire.encode_propose_many(msg, self.max_frame)
+            if len(frames) > 1:
+                for peer in self.node.peers:
+                    if not net.send_frames(peer, frames):
+                        self.node.link_failed(peer, self.now())
+                return
+            data = frames[0]
+        else:
+            data = self._encode(msg)
         for peer in self.node.peers:
             if not net.send_frame(peer, data):
                 self.node.link_failed(peer, self.now())

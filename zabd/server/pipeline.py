@@ -44,7 +44,7 @@ from zabd.protocol.effects import (
     SendSync,
     TruncateAppend,
 )
-from zabd.protocol.messages import Ack, Commit, Message, Propose
+from zabd.protocol.messages import Ack, Commit, Message, Propose, ProposeMany
 from zabd.storage.base import Storage
 
 
@@ -122,7 +122,7 @@ class EffectPipeline:
             if (cls is CommitTo and i != last_commit_to) or (i != last_commit and _is_commit(e)):
                 continue  # a later commit in this batch covers it
             if held or self.written > self.durable:
-                if self.early_propose and not held and isinstance(e, Broadcast) and isinstance(e.msg, Propose):
+                if self.early_propose and not held and isinstance(e, Broadcast) and type(e.msg) in _PROPOSALS:
                     speak[cls](e)
                 else:
                     held.append((self.written, e))
@@ -143,6 +143,9 @@ class EffectPipeline:
                 if type(after) is Send and type(after.msg) is Ack and after.dst == e.dst:
                     continue  # the next Ack, to the same leader, covers this one
             speak[type(e)](e)
+
+
+_PROPOSALS = (Propose, ProposeMany)
 
 
 def _install(install: Callable[[int], None] | None, zxid: int) -> None:

@@ -332,9 +332,14 @@ class Simulator:
             if pending:
                 for node in nodes:
                     if node.role == LEADING and node.synced and up[node.id]:
+                        # batch_proposals: what the leader proposes at one tick goes as
+                        # one batch, as a server's proposals of one loop turn do
+                        batched = node.options.batch_proposals
                         for payload in pending:
                             node.propose(payload, t)
-                            self._flush(node, t)
+                            if not batched:
+                                self._flush(node, t)
+                        self._flush(node, t)
                         stats.proposals_submitted += len(pending)
                         pending = []
                         break
