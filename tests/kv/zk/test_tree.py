@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import msgpack
 import pytest
 
 from zabd.codec import zk_txn as tx
@@ -867,20 +868,24 @@ def test_restore_refuses_another_format_number_and_truncation() -> None:
     zk = ZK()
     zk.create("/n", b"x")
     snap = zk.tree.snapshot()
-    # the format number is the second byte (after the array header): 3 -> 4
-    assert snap[1] == 3
+    # the format number is the second byte (after the array header): 4 -> 5
+    assert snap[1] == 4
     with pytest.raises(ValueError, match="format"):
-        DataTree.restore(snap[:1] + b"\x04" + snap[2:])
+        DataTree.restore(snap[:1] + b"\x05" + snap[2:])
     with pytest.raises(ValueError):
         DataTree.restore(snap[:-3])
 
 
-def test_restore_takes_a_format_2_snapshot_and_recomputes_its_digest() -> None:
-    # format 2 recorded a BLAKE2b digest: the content is the same, the digest is recomputed
+@pytest.mark.parametrize("fmt", [2, 3], ids=["blake2b", "crc32"])
+def test_restore_takes_an_older_snapshot_and_recomputes_its_digest(fmt: int) -> None:
+    # format 2 recorded a BLAKE2b digest, 3 a CRC-32 one: the content is the
+    # same, the digest is recomputed
     zk = ZK()
     zk.create("/n", b"x")
-    snap = zk.tree.snapshot()
-    tree = DataTree.restore(snap[:1] + b"\x02" + snap[2:])
+    fields = list(msgpack.unpackb(zk.tree.snapshot(), raw=False))
+    fields[0] = fmt
+    fields[2] ^= 1  # another hash's digest
+    tree = DataTree.restore(msgpack.packb(fields, use_bin_type=True))
     assert tree.digest == zk.tree.digest
     assert tree.nodes["/n"].data == b"x"
 
