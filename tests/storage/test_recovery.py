@@ -14,6 +14,7 @@ from zabd.storage.txnlog import (
     SEG_HEADER_SIZE,
     LogCorruption,
     StorageError,
+    append_record,
     encode_record,
     encode_segment_header,
     iter_records,
@@ -185,3 +186,10 @@ def test_appends_that_break_order_are_refused(tmp_path: object) -> None:
     with pytest.raises(ValueError, match="below current_epoch"):
         s.persist_epochs(1, 1, 2)
     s.close()
+
+
+def test_a_record_appended_in_place_is_the_encoded_record() -> None:
+    buf = bytearray(b"head")
+    sizes = [append_record(buf, z(1, k), b"p" * k) for k in (0, 1, 1024)]
+    records = [encode_record(z(1, k), b"p" * k) for k in (0, 1, 1024)]
+    assert bytes(buf) == b"head" + b"".join(records) and sizes == [len(r) for r in records]

@@ -56,8 +56,8 @@ from zabd.storage.txnlog import (
     REC_HEADER_SIZE,
     PhysicalLog,
     StorageError,
+    append_record,
     decode_records,
-    encode_record,
     follows,
     fsync_dir,
     order_problem,
@@ -372,10 +372,8 @@ class DiskStorage:
         prev = self._zxids[-1] if self._zxids else self._base
         if not follows(prev, z):
             raise ValueError(f"append: {order_problem(prev, z)}")
-        rec = encode_record(z, txn.payload)
-        self._buf += rec
+        self._buf_sizes.append(append_record(self._buf, z, txn.payload))
         self._buf_zxids.append(z)
-        self._buf_sizes.append(len(rec))
         self._zxids.append(z)
 
     def _seal(self) -> None:

@@ -86,6 +86,16 @@ def encode_record(zxid: int, payload: bytes) -> bytes:
     return CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz))) + lz + payload
 
 
+def append_record(buf: bytearray, zxid: int, payload: bytes) -> int:
+    """``encode_record`` written onto the end of ``buf`` (no record-sized
+    copy on the way); returns its size."""
+    lz = LEN_ZXID.pack(len(payload), zxid)
+    buf += CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz)))
+    buf += lz
+    buf += payload
+    return REC_HEADER_SIZE + len(payload)
+
+
 def encode_segment_header(seq: int, base_zxid: int) -> bytes:
     head = struct.pack("<8sIQQ", SEG_MAGIC, SEG_VERSION, seq, base_zxid)
     return head + CRC.pack(crc32c.crc32c(head))
