@@ -175,3 +175,16 @@ def test_driver_frames_round_trip(got: wire.DriverFrame) -> None:
 def test_bad_driver_frames_refused(body: tuple[object, ...]) -> None:
     with pytest.raises(FrameError):
         wire.decode_frame(body)
+
+
+def test_a_zookeeper_record_is_encoded_when_its_write_is_forwarded() -> None:
+    from zabd.codec.zk_msgpack import decode_request, encode_request
+    from zabd.kv.zk.records import SetData
+
+    req = SetData("/n", b"x" * 10, 3)
+    local = wire.ZKWrite(5, (("digest", "u:h"),), req)  # as a session of this node submits it
+    (body,) = FrameReader(1 << 20).feed(wire.forward_frame(9, local))
+    got = wire.decode_frame(body)
+    assert got == wire.Forward(9, wire.ZKWrite(5, (("digest", "u:h"),), encode_request(req)))
+    assert decode_request(got.write.request) == req  # type: ignore[union-attr,arg-type]
+    assert wire.forward_frame(4, b"raw") == wire.frame((wire.TAG_FORWARD, 4, b"raw"))

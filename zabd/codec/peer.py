@@ -29,6 +29,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from zabd.codec.framing import FrameError, frame, is_node, is_u32, is_u64, pack_header, short
+from zabd.codec.zk_msgpack import encode_request
+from zabd.kv.zk.records import Write as ZKRequest
 from zabd.protocol.messages import (
     EXTENDED_TYPES,
     Ack,
@@ -74,11 +76,13 @@ KVWrite = tuple[str, str, bytes, int]
 class ZKWrite(NamedTuple):
     """A ZooKeeper session's write: ``[session, auth, request]`` (a KV write
     has four fields, a raw one is bytes); the request is ``zabd.codec.zk_msgpack`` bytes, decoded by the leader (a bad
-    one becomes the session's error answer, not a broken link)."""
+    one becomes the session's error answer, not a broken link). Until it is
+    forwarded, the request is the record itself: a leader prepares its own
+    sessions' writes without encoding and decoding them."""
 
     session: int
     auth: tuple[tuple[str, str], ...]  # the ids the session proved: (scheme, id)
-    request: bytes
+    request: bytes | ZKRequest
 
 
 class Hello(NamedTuple):
@@ -227,6 +231,15 @@ def encode_propose_many(msg: ProposeMany, max_frame: int) -> list[bytes]:
     if len(chunks) == 1:
         return [encode_message(msg)]
     return [frame((TAG_PROPOSE_MANY, chunk)) for chunk in chunks]
+
+
+def forward_frame(fid: int, write: bytes | KVWrite | ZKWrite) -> bytes:
+    """The Forward frame of ``write`` (a ZooKeeper record encoded on the way)."""
+    if type(write) is ZKWrite:
+        req = write.request
+        if not isinstance(req, bytes):
+            write = ZKWrite(write.session, write.auth, encode_request(req))
+    return frame((TAG_FORWARD, fid, write))
 
 
 # --------------------------------------------------------------- decoding

@@ -201,13 +201,17 @@ def _u64(x: Any) -> int:
 
 
 def _list(x: Any) -> list[Any]:
-    if type(x) not in (list, tuple):
+    if type(x) is list:
+        return x
+    if type(x) is not tuple:
         raise ValueError(f"expected an array, got {type(x).__name__}")
     return list(x)
 
 
 def _decode(x: Any) -> Request:
     f = _list(x)
+    if len(f) == 4 and f[0] == "setData":  # the most frequent write, without the table's indirect call
+        return SetData(_str(f[1]), _data(f[2]), _int(f[3]))
     if not f or type(f[0]) is not str or f[0] not in _DECODERS:
         raise ValueError(f"unknown ZooKeeper request {short(f[0] if f else None)}")
     n, build = _DECODERS[f[0]]

@@ -29,10 +29,13 @@ def kv_request(w: wire.KVWrite) -> Request:
 
 def zk_prepare(kv: KVMachine, write: wire.ZKWrite) -> Prepared:
     now_ms = int(time() * 1000)  # ZooKeeper stamps ctime/mtime with the leader's wall clock
-    try:
-        req = decode_request(write.request)
-    except ValueError:
-        req = None
+    raw = write.request
+    req: object = raw
+    if type(raw) is bytes:  # a follower's, forwarded; a session of this node gives its record
+        try:
+            req = decode_request(raw)
+        except ValueError:
+            req = None
     if req is None or not isinstance(req, ZKRequest):
         # as ZooKeeper does: a request it cannot read is an error txn, answered in order
         return Prepared(zk_txn.encode(zk_txn.T_ERROR, now_ms, write.session, int(Code.MARSHALLING_ERROR)), [], [])

@@ -136,7 +136,7 @@ class ProposalPath:
         elif self.node.role == LEADING:
             self._at_leader(write, reply)
         else:
-            self._forward(reply, lambda fid: frame((wire.TAG_FORWARD, fid, write)))
+            self._forward(reply, lambda fid: wire.forward_frame(fid, write))
 
     def submit_internal(self, write: wire.ZKWrite) -> bool:
         """The leader's own write (an expiry, a cleanup); False if not leading."""

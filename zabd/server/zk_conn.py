@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from zabd.codec import peer as wire
-from zabd.codec.zk_msgpack import encode_request
 from zabd.kv.zk import acl as acls
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.events import EventType, KeeperState
@@ -61,4 +60,4 @@ def result_code(result: Result) -> Code:
 
 
 def wire_write(session: int, auth: tuple[acls.Id, ...] | list[acls.Id], req: Write) -> wire.ZKWrite:
-    return wire.ZKWrite(session, tuple((a.scheme, a.id) for a in auth), encode_request(req))
+    return wire.ZKWrite(session, tuple((a.scheme, a.id) for a in auth), req)  # encoded if forwarded
