@@ -40,7 +40,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from zabd.kv.zk.acl import ACL, Id
 from zabd.kv.zk.errors import Code
@@ -165,6 +165,11 @@ class ConnectRequest:
     # True when the client sent no readOnly byte (ZooKeeper 3.3 and older):
     # its ConnectResponse must then omit the byte too (``legacy=True``)
     legacy: bool = False
+
+
+# tuple.__new__ directly: a NamedTuple's own __new__ is Python (a frame per
+# call, even from compiled code); the hot requests are built with it
+_tnew: Final = tuple.__new__
 
 
 class Request(NamedTuple):  # a tuple: built for every request read, a frozen dataclass costs twice as much
@@ -419,7 +424,7 @@ def _hot(body: bytes) -> Request | None:
     xid, op, n = _HEAD_AND_LENGTH.unpack_from(body)
     q = 12 + n
     if op == OP_GET_DATA and n >= 0 and q < end:
-        return Request(xid, op, GetData(bytes(body[12:q]).decode("utf-8", "replace"), body[q] != 0))
+        return _tnew(Request, (xid, op, GetData(bytes(body[12:q]).decode("utf-8", "replace"), body[q] != 0), ()))
     if op != OP_SET_DATA or n < 0 or q + 4 > end:
         return None
     (size,) = _I32.unpack_from(body, q)
@@ -433,8 +438,8 @@ def _hot(body: bytes) -> Request | None:
         return None
     if q + 4 > end:
         return None
-    return Request(xid, op, SetData(bytes(body[12 : 12 + n]).decode("utf-8", "replace"), data,
-                                    _I32.unpack_from(body, q)[0]))
+    record = SetData(bytes(body[12 : 12 + n]).decode("utf-8", "replace"), data, _I32.unpack_from(body, q)[0])
+    return _tnew(Request, (xid, op, record, ()))
 
 
 def decode_request(body: bytes) -> Request:

@@ -350,7 +350,7 @@ def _zk_write(x: Any) -> ZKWrite | None:
         if type(auth) is tuple and all(
             type(a) is tuple and len(a) == 2 and type(a[0]) is str and type(a[1]) is str for a in auth
         ):
-            return ZKWrite(x[0], auth, x[2])
+            return _tnew(ZKWrite, x)
     return None
 
 
@@ -378,7 +378,7 @@ def _forward(b: tuple[Any, ...]) -> Forward | None:
         if write is None:
             write = _zk_write(w)
         if write is not None:
-            return Forward(b[1], write)
+            return _tnew(Forward, (b[1], write))
     return None
 
 

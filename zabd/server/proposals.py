@@ -1,12 +1,10 @@
 """The one path every client write takes: raw proposals and KV writes alike.
-
 At the leader a write waits in one admission queue (at most ``max_inflight``
 proposals uncommitted at once), is proposed in arrival order, and is answered
 once the state machine applied it here. At a follower it is forwarded to the
 leader on the peer link, in arrival order, and answered once this replica
 applied it too (a client that writes through a node and then reads from it
-sees its write). One queue for both kinds is what keeps a client's requests
-ordered as sent (FIFO client order).
+sees its write). One queue for both kinds keeps a client's requests in order.
 
 Failures say what became of the write: ``no_leader`` when it certainly was
 not proposed (safe to retry), ``leader_lost`` when it may or may not commit.
@@ -18,7 +16,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from time import monotonic
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from zabd.codec import client as schema
 from zabd.codec import peer as wire
@@ -36,6 +34,8 @@ from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 from zabd.server.client_session import ClientSession, Slot
 from zabd.server.metrics import Latency
 from zabd.server.payloads import kv_request, zk_prepare
+
+_tnew: Final = tuple.__new__  # not a NamedTuple's own __new__: that one is Python, a frame per call
 
 Write = bytes | wire.KVWrite | wire.ZKWrite  # a raw payload, (op, key, value, version), or a ZooKeeper write
 
@@ -126,7 +126,7 @@ class ProposalPath:
     def submit(self, session: ClientSession, rid: int, write: Write) -> None:
         """A client write read from ``session``."""
         kind = RAW if type(write) is bytes else ZK if type(write) is wire.ZKWrite else KV
-        reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
+        reply = _tnew(LocalReply, (session, session.open_slot(), rid, kind, monotonic()))
         if type(write) is bytes and write.startswith(MEMBERSHIP_MAGIC):
             self._fail(reply, schema.BAD_REQUEST, "raw payloads may not begin like a membership change")
         elif kind != RAW and self.kv is None:
@@ -148,7 +148,7 @@ class ProposalPath:
 
     def submit_membership(self, session: ClientSession, rid: int, new: Membership, kind: int = RAW) -> None:
         """A membership change for the leader's core; answered as ``kind`` says once applied here."""
-        reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
+        reply = _tnew(LocalReply, (session, session.open_slot(), rid, kind, monotonic()))
         payload = encode_membership(new)
         if self.node.role == LEADING:
             self._at_leader(payload, reply)
@@ -159,7 +159,7 @@ class ProposalPath:
         """Answer once this replica applied the leader's commit point as of
         now, confirmed by a read barrier: a deposed leader that does not know
         it yet cannot answer, so ``sync`` then ``get`` is linearizable."""
-        reply = LocalReply(session, session.open_slot(), rid, kind, monotonic())
+        reply = _tnew(LocalReply, (session, session.open_slot(), rid, kind, monotonic()))
         if self.node.role == LEADING:
             self._barrier(reply)
         else:
@@ -189,7 +189,7 @@ class ProposalPath:
             self._fail(reply, schema.NO_LEADER, "leadership lost during the sync; retry")
 
     def on_forward(self, peer: int, fwd: wire.Forward) -> None:
-        reply = PeerReply(peer, fwd.fid)
+        reply = _tnew(PeerReply, (peer, fwd.fid))
         if self.node.role != LEADING:
             self._fail(reply, schema.NO_LEADER, "this node no longer leads; retry")
         else:

@@ -166,7 +166,7 @@ class ZKLeader:
         except ZKError as exc:
             return Prepared(tx.encode(tx.T_ERROR, now_ms, session, int(exc.code)), [], [])
         body[1:1] = (now_ms, session)
-        return Prepared(tx.encode_body(body), list(t.nodes.items()), list(t.sessions.items()))
+        return tuple.__new__(Prepared, (tx.encode_body(body), list(t.nodes.items()), list(t.sessions.items())))
 
     def proposed(self, zxid: int, p: Prepared) -> None:
         order = self._order

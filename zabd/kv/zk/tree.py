@@ -27,7 +27,7 @@ import io
 import struct
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, NamedTuple, cast
+from typing import Any, Final, NamedTuple, cast
 
 import msgpack
 from crc32c import crc32c
@@ -157,7 +157,8 @@ class ZNode:
         kids = len(self.children) if self.children else 0
         if owner < 0 and (owner == CONTAINER_OWNER or ttl_of(owner)):
             owner = 0
-        return Stat(cz, mz, ct, mt, ver, _int32(cv * 2 - kids), av, owner, len(self.blob) - HEADER_SIZE, kids, pz)
+        return _tnew(Stat, (cz, mz, ct, mt, ver, _int32(cv * 2 - kids), av, owner, len(self.blob) - HEADER_SIZE, kids,
+                            pz))
 
     def with_header(self, mzxid: int, pzxid: int, mtime: int, version: int, cversion: int, aversion: int,
                     children: set[str] | None, data: bytes | _Keep | None = KEEP,
@@ -199,6 +200,11 @@ class Applied(NamedTuple):
     session: int  # the requesting session
     result: WriteResult
     triggers: list[Trigger]
+
+
+# tuple.__new__ directly: a NamedTuple's own __new__ is Python (a frame per
+# call, even from compiled code); these are built on every write
+_tnew: Final = tuple.__new__
 
 
 def _low_hash(node: ZNode, head: int) -> int:
@@ -395,7 +401,7 @@ class DataTree:
             raise ValueError(f"malformed ZooKeeper txn at {zxid:#x}: {exc}") from exc
         self.applied = zxid
         self.digests.append((zxid, self.digest))
-        return Applied(kind, session, result, triggers)
+        return _tnew(Applied, (kind, session, result, triggers))
 
     def _op(self, zxid: int, time_ms: int, session: int, kind: int, f: list[Any],
             triggers: list[Trigger]) -> WriteResult:
@@ -462,8 +468,9 @@ class DataTree:
         count = len(kids) if kids else 0
         if owner < 0 and (owner == CONTAINER_OWNER or ttl_of(owner)):
             owner = 0
-        return StatResult(Stat(cz, zxid, ct, time_ms, version, _int32(cv * 2 - count), av, owner,
-                               len(data) if data is not None else 0, count, pz))
+        stat = _tnew(Stat, (cz, zxid, ct, time_ms, version, _int32(cv * 2 - count), av, owner,
+                            len(data) if data is not None else 0, count, pz))
+        return _tnew(StatResult, (stat,))
 
     def _set_acl(self, path: str, acl: tuple[ACL, ...], aversion: int) -> WriteResult:
         n = self.nodes.get(path)
