@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.protocol.helpers import synced_leader
 from zabd.codec.framing import FrameError, FrameReader, frame
 from zabd.codec.peer import decode_message, encode_message, encode_propose_many
 from zabd.protocol import zxid as zx
@@ -14,17 +15,14 @@ from zabd.protocol.membership import Membership
 from zabd.protocol.membership import encode as encode_membership
 from zabd.protocol.messages import (
     Ack,
-    AckEpoch,
-    AckLeader,
     Message,
     NewLeader,
     Propose,
     ProposeMany,
     ReadPing,
     Txn,
-    Vote,
 )
-from zabd.protocol.node import FOLLOWING, LEADING, LOOKING, Node
+from zabd.protocol.node import FOLLOWING, LOOKING, Node
 from zabd.protocol.options import CANONICAL, SERVER, Options
 
 BATCHING = Options(cumulative_acks=True, batch_proposals=True)
@@ -36,18 +34,6 @@ def z(counter: int, epoch: int = 1) -> int:
 
 def txn(counter: int, epoch: int = 1) -> Txn:
     return Txn(z(counter, epoch), b"p%d" % counter)
-
-
-def synced_leader(options: Options) -> Node:
-    """Node 3 of three leads epoch 1, node 1 synced."""
-    node = Node(3, [1, 2], 7, options)
-    node.start_election(0)
-    node.on_message(1, Vote(0, 0, 0, 3), 1)
-    node.on_message(1, AckEpoch(1, 0, 0), 2)
-    node.on_message(1, AckLeader(1), 3)
-    assert node.role == LEADING and node.synced
-    node.take_effects()
-    return node
 
 
 def follower(options: Options) -> Node:

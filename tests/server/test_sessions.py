@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from tests.protocol.helpers import synced_leader as leader_with
 from zabd.codec import client as schema
 from zabd.codec import peer as wire
 from zabd.codec.framing import FrameError, FrameReader, frame
@@ -13,8 +14,8 @@ from zabd.kv import KVMachine
 from zabd.kv.kvmachine import KV_MAGIC
 from zabd.kv.store import BAD_VERSION, encode_err
 from zabd.protocol import zxid as zx
-from zabd.protocol.messages import AckEpoch, AckLeader, Commit, NewLeader, Txn, Vote
-from zabd.protocol.node import LEADING, Node
+from zabd.protocol.messages import Commit, NewLeader, Txn
+from zabd.protocol.node import Node
 from zabd.protocol.options import SERVER
 from zabd.server.client_session import MAX_OUTSTANDING, ClientSession
 from zabd.server.peer_session import HandshakeDone, MembershipRefused, PeerSession, SyncArrived
@@ -170,14 +171,7 @@ class Position:
 
 
 def synced_leader() -> Node:
-    node = Node(3, [1, 2], 7, SERVER)
-    node.start_election(0)
-    node.on_message(1, Vote(0, 0, 0, 3), 1)
-    node.on_message(1, AckEpoch(1, 0, 0), 2)
-    node.on_message(1, AckLeader(1), 3)
-    assert node.role == LEADING and node.synced
-    node.take_effects()
-    return node
+    return leader_with(SERVER)
 
 
 def proposed_payloads(node: Node) -> list[bytes]:
