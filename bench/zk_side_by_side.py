@@ -51,6 +51,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -141,7 +142,7 @@ def run_zkbench(
         "--sessions", str(args.sessions), "--window", str(args.window), "--payload", str(args.payload),
         "--op", op, "--warmup", str(args.warmup), "--duration", str(args.duration),
         "--cpu-pids", ",".join(map(str, pids)), "--clk-tck", str(os.sysconf("SC_CLK_TCK")),
-        "--label", label, "--max-seconds", str(int(args.warmup + args.duration + 60)),
+        "--label", label, "--max-seconds", str(int(args.warmup + args.duration + 60)), "--progress", "1",
     ]  # fmt: skip
     limit = args.warmup + args.duration + 150
     # subprocess.run kills (by PID) the client on timeout or on an exception here
@@ -150,11 +151,28 @@ def run_zkbench(
     if out.returncode != 0 or not lines:
         return {"error": f"ZkBench exited {out.returncode}", "stderr_tail": out.stderr.strip()[-3000:]}
     r: dict[str, Any] = json.loads(lines[-1])
+    rates = per_second_rates(out.stderr, args.warmup, args.duration)
+    if rates:
+        # how the rate moved inside the window: a run's median hides stretches of seconds
+        r["per_second"] = {"min": rates[0], "median": rates[len(rates) // 2], "max": rates[-1], "seconds": len(rates)}
     # anything the Java client complained about (exceptions, disconnects) is worth keeping
     noise = [ln for ln in out.stderr.splitlines() if "Exception" in ln or "state " in ln or "WARN" in ln]
     if noise:
         r["client_stderr"] = noise[:40]
     return r
+
+
+_PROGRESS = re.compile(r"t=(\d+)s completed/s=(\d+)")
+
+
+def per_second_rates(stderr: str, warmup: float, duration: float) -> list[int]:
+    """ZkBench's completed ops of each whole second inside the measured window, sorted."""
+    rates = []
+    for m in _PROGRESS.finditer(stderr):
+        t = int(m.group(1))  # the second that ended t s after the load began
+        if warmup < t <= warmup + duration:
+            rates.append(int(m.group(2)))
+    return sorted(rates)
 
 
 # ------------------------------------------------------------------ one run per system
@@ -366,7 +384,9 @@ def main(argv: list[str]) -> int:
                             f"{label}: {r['ops_per_s']:,.0f} ops/s p50 {r['lat_ms']['p50']:.2f} p99 "
                             f"{r['lat_ms']['p99']:.2f} p99.9 {r['lat_ms']['p999']:.2f} ms, errors {r['errors']}, "
                             f"servers {r['cpu']['servers_pct']:.0f}% client {r['cpu']['client_pct']:.0f}% "
-                            f"foreign {r['cpu']['foreign_procs_pct']:.0f}% {r['cpu']['foreign_top']}",
+                            f"foreign {r['cpu']['foreign_procs_pct']:.0f}% {r['cpu']['foreign_top']}"
+                            + (f", per second {r['per_second']['min']:,}-{r['per_second']['max']:,}"
+                               if "per_second" in r else ""),
                             flush=True,
                         )
                         for line in r.get("client_stderr", [])[:10]:
