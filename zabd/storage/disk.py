@@ -58,6 +58,7 @@ from zabd.storage.txnlog import (
     StorageError,
     append_record,
     decode_records,
+    delete_segments,
     follows,
     fsync_dir,
     order_problem,
@@ -139,6 +140,10 @@ class DiskStorage:
         self._handoff_scheduled = False
         self._lock_fd = -1
         self._purged_base = 0  # set by the writer thread after a purge
+        # log segments a purge took out of the log and nobody deleted yet; the
+        # lock is held while they are deleted (see _delete_detached)
+        self._detached: list[str] = []
+        self._detach_lock = threading.Lock()
 
     # ----------------------------------------------------------------- load
 
@@ -556,7 +561,19 @@ class DiskStorage:
         holder: list[tuple[int, int]] = []
         gen = self._submit([(_PURGE, retain, holder)])
         self._wait_gen(gen, None)
+        self._delete_detached()
         return holder[0] if holder else (0, 0)
+
+    def _delete_detached(self) -> None:
+        """Delete the segments purges took out of the log. Not on the writer
+        thread: unlinking 64 MiB files and syncing the directory there held up
+        every flush behind it (p99.9 +5-10 ms under load). A snapshot install
+        on the writer thread calls this first and so waits for a deletion in
+        progress: a log reset while old segments are half deleted could leave
+        a gap in the segments' numbers for a crash to find."""
+        with self._detach_lock:
+            paths, self._detached = self._detached, []
+            delete_segments(paths, self.fsync)
 
     # --------------------------------------------------------------- writer
 
@@ -623,13 +640,17 @@ class DiskStorage:
                 plog.sync()  # history before epochs
                 extra_syncs += write_epochs(self.epoch_path, op[1], self.fsync)
             elif kind == _INSTALL:
+                self._delete_detached()
                 plog.sync()
                 write_snapshot(self.snap_dir, op[1], op[2], received=True, fsync=self.fsync)
                 extra_syncs += 2 if self.fsync else 0
                 plog.reset(op[3])
             elif kind == _PURGE:
                 snaps, oldest = purge_snapshots(self.snap_dir, op[1])
-                op[2].append((snaps, plog.purge_upto(oldest) if oldest else 0))
+                detached = plog.detach_upto(oldest) if oldest else []
+                with self._detach_lock:
+                    self._detached += detached
+                op[2].append((snaps, len(detached)))
                 self._purged_base = plog.base_zxid
         plog.sync()
         # never ahead of the durable log: a later batch may hold the commit's txn

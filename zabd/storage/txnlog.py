@@ -123,6 +123,15 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def delete_segments(paths: list[str], fsync: bool) -> None:
+    """Delete segments ``detach_upto`` took out of a log, oldest first: a
+    crash part way leaves the log's oldest segments, never a gap."""
+    for path in paths:
+        os.unlink(path)
+    if paths and fsync:
+        fsync_dir(os.path.dirname(paths[0]))
+
+
 def list_segments(log_dir: str) -> list[tuple[int, str]]:
     """(seq, path) of every segment file, ascending; temp files are not listed."""
     if not os.path.isdir(log_dir):
@@ -641,22 +650,20 @@ class PhysicalLog:
         self._empty_base = base_zxid
         self._new_segment(base_zxid)
 
-    def purge_upto(self, zxid: int) -> int:
-        """Delete whole segments whose records are all <= ``zxid`` (covered by
-        a retained snapshot), oldest first, keeping the current one. Returns
-        the number of segments deleted."""
-        n = 0
+    def detach_upto(self, zxid: int) -> list[str]:
+        """Take whole segments whose records are all <= ``zxid`` (covered by
+        a retained snapshot) out of the log, oldest first, keeping the current
+        one. Returns their paths, oldest first: the caller deletes them in
+        that order (``delete_segments``), off the writer thread, so that the
+        unlinks and their directory sync never hold up a flush."""
+        paths = []
         segs = self.segments
         # The segment holding the last record always stays: a node restarts
         # with a non-empty history (the core votes with its last zxid).
         last = self.last_zxid
         while len(segs) >= 2 and segs[1].base_zxid <= zxid and segs[0].last_zxid < last:
-            os.unlink(segs[0].path)
-            segs.pop(0)
-            n += 1
-        if n:
-            self._sync_dir()
-        return n
+            paths.append(segs.pop(0).path)
+        return paths
 
     @property
     def base_zxid(self) -> int:
