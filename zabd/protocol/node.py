@@ -819,9 +819,7 @@ class Node:
             effects.insert(at, _make(AppendTxn, (txn,)))
             at += 1
             self._batch_at = at
-            batch.append(txn)
-            if len(batch) == 2:  # the list is frozen into a tuple by _close_batch
-                effects[at] = _make(Broadcast, (_make(ProposeMany, (batch,)),))
+            batch.append(txn)  # _close_batch turns the Propose into a ProposeMany of them all
             return
         if batch is not None:
             self._close_batch()
@@ -831,8 +829,9 @@ class Node:
         effects.append(_make(Broadcast, (_make(Propose, (txn,)),)))
 
     def _close_batch(self) -> None:
-        """No more txns join the open batch; its message is frozen: a message
-        is a value once it leaves."""
+        """No more txns join the open batch: a batch of more than one txn
+        becomes one ProposeMany. Every exit from the effects list (take,
+        transition, another proposal) comes through here."""
         batch = self._batch
         if batch is not None and len(batch) > 1:
             self.effects[self._batch_at] = _make(Broadcast, (_make(ProposeMany, (tuple(batch),)),))

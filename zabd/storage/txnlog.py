@@ -82,13 +82,14 @@ def segment_name(seq: int) -> str:
 
 
 def encode_record(zxid: int, payload: bytes) -> bytes:
-    lz = LEN_ZXID.pack(len(payload), zxid)
-    return CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz))) + lz + payload
+    buf = bytearray()
+    append_record(buf, zxid, payload)
+    return bytes(buf)
 
 
 def append_record(buf: bytearray, zxid: int, payload: bytes) -> int:
-    """``encode_record`` written onto the end of ``buf`` (no record-sized
-    copy on the way); returns its size."""
+    """One record written onto the end of ``buf`` (no record-sized copy on
+    the way); returns its size."""
     lz = LEN_ZXID.pack(len(payload), zxid)
     buf += CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz)))
     buf += lz

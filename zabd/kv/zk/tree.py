@@ -298,10 +298,7 @@ class DataTree:
         head = old_h >> 32
         h = (head << 32) | _low_hash(new, head)
         self.nodes[path] = new
-        cache = self._hashes
-        if len(cache) >= HASHES_KEPT:
-            cache.clear()
-        cache[path] = (new, h)
+        self._remember(path, new, h)
         self.digest = (self.digest - old_h + h) & MASK64
 
     def _placed(self, path: str, node: ZNode) -> int:
@@ -309,11 +306,14 @@ class DataTree:
         hot znode is set again soon): a node is never changed while it is in
         the tree, so its hash then is still the one it had when placed."""
         h = self._node_hash(path, node)  # a new node: never in the cache
+        self._remember(path, node, h)
+        return h
+
+    def _remember(self, path: str, node: ZNode, h: int) -> None:
         cache = self._hashes
         if len(cache) >= HASHES_KEPT:
             cache.clear()
         cache[path] = (node, h)
-        return h
 
     def _put(self, path: str, node: ZNode) -> None:
         old = self.nodes.get(path)
