@@ -199,3 +199,57 @@ async def test_role_changes_wait_in_the_same_queue(tmp_path: Path) -> None:
     said = await rig.flush()
     roles = [x for kind, x in said if kind == "role"]
     assert roles and roles[-1].phase == PHASE_BROADCAST
+
+
+async def test_a_commit_of_durable_txns_leaves_ahead_of_later_proposals(tmp_path: Path) -> None:
+    # Under load a leader's turn appends new proposals and commits older
+    # ones: the commit covers only txns already durable here, so it does not
+    # wait for the flush of the new appends.
+    rig = await leader_rig(tmp_path / "d3", early=False)
+    z1 = rig.node.propose(b"one", 20)
+    rig.pipe.run(rig.node.take_effects())
+    assert messages(await rig.flush()) == [Propose(Txn(z1, b"one"))]
+    z2 = rig.node.propose(b"two", 21)
+    said = rig.deliver(1, Ack(z1), 21)  # one turn: the append of z2, then the commit of z1
+    assert messages(said) == [Commit(z1)] and ("committed", z1) in said
+    assert messages(await rig.flush()) == [Propose(Txn(z2, b"two"))]
+
+
+async def test_a_commit_never_passes_its_own_append(tmp_path: Path) -> None:
+    rig = await leader_rig(tmp_path / "d3", early=False)
+    z1 = rig.node.propose(b"one", 20)
+    rig.pipe.run(rig.node.take_effects())
+    z2 = rig.node.propose(b"two", 21)
+    said = rig.deliver(1, Ack(z1), 21)
+    assert messages(said) == [] and not [x for kind, x in said if kind == "committed"]
+    said = await rig.flush()
+    assert messages(said) == [Propose(Txn(z1, b"one")), Propose(Txn(z2, b"two")), Commit(z1)]
+    assert ("committed", z1) in said
+
+
+async def test_a_followers_commit_passes_its_held_acks(tmp_path: Path) -> None:
+    rig = Rig(tmp_path / "d2", 2)
+    rig.deliver(1, NewEpoch(5))
+    await rig.flush()
+    rig.deliver(1, Sync(5, DIFF, 0, ()))
+    await rig.flush()
+    z1, z2 = zx.make(5, 1), zx.make(5, 2)
+    rig.deliver(1, Propose(Txn(z1, b"a")))
+    assert messages(await rig.flush()) == [Ack(z1)]
+    said = rig.deliver(1, Propose(Txn(z2, b"b")))
+    said += rig.deliver(1, Commit(z1))
+    assert messages(said) == [] and ("committed", z1) in said  # applied now; Ack(z2) waits for its fsync
+    assert messages(await rig.flush()) == [Ack(z2)]
+
+
+async def test_a_commit_never_passes_a_sync_not_yet_durable(tmp_path: Path) -> None:
+    rig = Rig(tmp_path / "d2", 2)
+    rig.deliver(1, NewEpoch(5))
+    await rig.flush()
+    z1 = zx.make(4, 1)
+    said = rig.deliver(1, Sync(5, DIFF, 0, (Txn(z1, b"a"),)))
+    said += rig.deliver(1, Commit(z1))
+    assert not [x for kind, x in said if kind in ("committed", "role")]
+    said = await rig.flush()
+    kinds = [kind for kind, _ in said]
+    assert ("committed", z1) in said and kinds.index("role") < kinds.index("committed")

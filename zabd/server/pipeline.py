@@ -19,7 +19,14 @@ Liberties, none visible to the protocol:
 * ``leader_early_propose``: a leader's ``Broadcast(Propose)`` with nothing
   held before it leaves while the leader's own append syncs, as ZooKeeper's
   leader does (a proposal acknowledges nothing; the Commit and CommitTo it
-  leads to still wait for that sync).
+  leads to still wait for that sync);
+* a commit of ``z`` (``CommitTo(z)``, ``Broadcast(Commit(z))``) waits only for
+  the appends up to ``z``: when those are durable it goes ahead of held
+  proposals and Acks of later txns, which it says nothing about. Under load a
+  leader's turn both appends new proposals and commits older ones; without
+  this every commit waited one more flush, behind appends it does not cover.
+  Any other persist or held effect (a role change, a sync) is a barrier: a
+  commit never passes it.
 """
 
 from __future__ import annotations
@@ -84,6 +91,10 @@ class EffectPipeline:
         self.written = 0  # persist effects handed to storage
         self.durable = 0  # persist effects known durable
         self.held: deque[tuple[int, Effect]] = deque()
+        # appends not known durable yet, (persist number, zxid) in order
+        self._appends: deque[tuple[int, int]] = deque()
+        self._barrier = 0  # the last persist that is not an append: no commit passes it
+        self._blockers = 0  # held effects a commit may not pass
         self._persist: dict[type, Callable[[Any], None]] = {
             AppendTxn: lambda e: storage.append(e.txn),
             PersistEpochs: lambda e: storage.persist_epochs(e.accepted_epoch, e.epoch_leader, e.current_epoch),
@@ -118,26 +129,52 @@ class EffectPipeline:
             if do_persist is not None:
                 do_persist(e)
                 self.written += 1
+                if isinstance(e, AppendTxn):
+                    self._appends.append((self.written, e.txn.zxid))
+                else:
+                    self._barrier = self.written
                 continue
             if (cls is CommitTo and i != last_commit_to) or (i != last_commit and _is_commit(e)):
                 continue  # a later commit in this batch covers it
             if held or self.written > self.durable:
-                if self.early_propose and not held and isinstance(e, Broadcast) and type(e.msg) in _PROPOSALS:
+                early = self.early_propose and not held and isinstance(e, Broadcast) and type(e.msg) in _PROPOSALS
+                if early or self._may_pass(e):
                     speak[cls](e)
                 else:
+                    if not _passable(e):
+                        self._blockers += 1
                     held.append((self.written, e))
             else:
                 speak[cls](e)
+
+    def _may_pass(self, e: Effect) -> bool:
+        """A commit whose appends are all durable, with nothing it must
+        follow held before it."""
+        if self._blockers or self._barrier > self.durable:
+            return False
+        if isinstance(e, CommitTo):
+            z = e.zxid
+        elif isinstance(e, Broadcast) and isinstance(e.msg, Commit):
+            z = e.msg.zxid
+        else:
+            return False
+        appends = self._appends
+        return not appends or appends[0][1] > z
 
     def flushed(self, upto: int) -> None:
         """Every persist effect up to number ``upto`` is durable: speak what
         waited for it."""
         durable = self.durable = max(self.durable, upto)
+        appends = self._appends
+        while appends and appends[0][0] <= durable:
+            appends.popleft()
         held = self.held
         speak = self._speak
         cumulative = self.cumulative_acks
         while held and held[0][0] <= durable:
             e = held.popleft()[1]
+            if not _passable(e):
+                self._blockers -= 1
             if cumulative and type(e) is Send and type(e.msg) is Ack and held and held[0][0] <= durable:
                 after = held[0][1]
                 if type(after) is Send and type(after.msg) is Ack and after.dst == e.dst:
@@ -152,6 +189,15 @@ def _install(install: Callable[[int], None] | None, zxid: int) -> None:
     if install is None:
         raise RuntimeError("InstallSnapshot without an installer")
     install(zxid)
+
+
+def _passable(e: Effect) -> bool:
+    """Held effects a commit of earlier txns may go ahead of: a proposal of
+    later txns, a follower's Ack (a commit is said only once its appends are
+    durable, so it never overtakes the proposal or Ack of a txn it covers)."""
+    if isinstance(e, Broadcast):
+        return type(e.msg) in _PROPOSALS
+    return isinstance(e, Send) and type(e.msg) is Ack
 
 
 def _is_commit(e: Effect) -> bool:
