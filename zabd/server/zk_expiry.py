@@ -69,7 +69,6 @@ class SessionKeeper:
         self._epoch = -1  # the leadership whose tracker this is
         self._next_report = 0
         self._next_cleanup = 0
-        self._serving = False  # as of the last tick
         sessions.on_created = self._created
         sessions.on_closed = self.tracker.forget
 
@@ -88,9 +87,12 @@ class SessionKeeper:
 
     def tick(self) -> None:
         up = serving(self.node)
-        if self._serving and not up and (ended := self.sessions.stopped_serving()):
+        # Not only at the tick that saw the change: a node can start serving
+        # and stop again before a tick saw it serve (a leader killed just
+        # after the election), and the connections it took meanwhile must
+        # close all the same. Only read-write ones: none is taken while down.
+        if not up and (ended := self.sessions.stopped_serving()):
             self.log.info("no quorum: ZooKeeper connections closed", connections=ended)
-        self._serving = up
         now = self.now_ms()
         if now < self._next_report:
             return
