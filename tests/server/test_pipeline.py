@@ -53,6 +53,9 @@ class Recorder:
     def send_sync(self, plan: SendSync) -> None:
         self.said.append(("sync", plan))
 
+    def commit_decided(self, zxid: int) -> None:
+        self.said.append(("decided", zxid))
+
     def committed(self, zxid: int) -> None:
         self.said.append(("committed", zxid))
 
@@ -253,3 +256,19 @@ async def test_a_commit_never_passes_a_sync_not_yet_durable(tmp_path: Path) -> N
     said = await rig.flush()
     kinds = [kind for kind, _ in said]
     assert ("committed", z1) in said and kinds.index("role") < kinds.index("committed")
+
+
+async def test_a_leader_announces_a_commit_before_it_applies_it(tmp_path: Path) -> None:
+    # the followers apply while the leader does; the answers to their
+    # forwarded writes (commit_decided) go ahead of the Commit
+    rig = await leader_rig(tmp_path / "d3", early=False)
+    z = rig.node.propose(b"one", 20)
+    rig.pipe.run(rig.node.take_effects())
+    await rig.flush()
+    said = rig.deliver(1, Ack(z), 21)
+    assert said == [("decided", z), ("broadcast", Commit(z)), ("committed", z)]
+    z2 = rig.node.propose(b"two", 22)
+    rig.deliver(1, Ack(z2), 22)  # held: its append is not durable yet
+    said = await rig.flush()
+    assert said == [("broadcast", Propose(Txn(z2, b"two"))), ("decided", z2), ("broadcast", Commit(z2)),
+                    ("committed", z2)]

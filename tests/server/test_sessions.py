@@ -288,3 +288,22 @@ def test_a_write_whose_result_is_unknown_here_is_never_ok() -> None:
     (answer,) = s2.take_output()
     assert msgpack.unpackb(answer[4:])["error"] == schema.LEADER_LOST
     Position.applied = 0
+
+
+def test_a_leader_answers_forwarded_writes_once_at_their_commit() -> None:
+    """ForwardOk leaves when the commit is decided, ahead of the Commit, not
+    after the leader's own apply; applying sends nothing more."""
+    node = synced_leader()
+    links = Links()
+    path = ProposalPath(node, KVMachine(), links, Position(), max_inflight=8)
+    path.on_forward(3, wire.Forward(7, b"p1"))
+    path.on_forward(3, wire.Forward(8, b"p2"))
+    z1, z2 = (t.zxid for t in node.history[-2:])
+    path.commit_decided(z1)
+    assert [f for _, f in links.frames] == [(wire.TAG_FORWARD_OK, 7, z1)]
+    path.commit_decided(z1)  # again: nothing new
+    path.answer_applied(z1)
+    assert len(links.frames) == 1
+    path.commit_decided(z2)
+    path.answer_applied(z2)
+    assert [f for _, f in links.frames] == [(wire.TAG_FORWARD_OK, 7, z1), (wire.TAG_FORWARD_OK, 8, z2)]

@@ -273,3 +273,20 @@ def ok_zxid_frame(rid: int, zxid: int) -> bytes:
     without msgpack's encoder: it answers most requests (propose, sync)."""
     body: bytes = _OK_ZXID_A + pack(rid) + _OK_ZXID_B + zxid.to_bytes(8, "big")
     return pack_header(len(body)) + body
+
+
+def kv_write_frame(rid: int, zxid: int, code: str | None, version: int) -> bytes:
+    """The answer to a KV write committed at ``zxid``: ``code`` "ok" with the
+    key's version, a failed condition's code, or None when its result is not
+    known on this server (a snapshot replaced its state past ``zxid``)."""
+    if code == "ok":
+        return frame({"v": VERSION, "id": rid, "ok": True, "zxid": zxid, "version": version})
+    if code is None:  # never "ok" for what may have been a failed condition
+        body = error_body(rid, LEADER_LOST, "committed, but its result (ok or a failed condition) "
+                          "is not known on this server (a snapshot replaced its state); read the key")
+        body["zxid"] = zxid
+        return frame(body)
+    body = error_body(rid, code, f"condition failed: {code} (version {version})")
+    body["zxid"] = zxid
+    body["version"] = version
+    return frame(body)

@@ -26,7 +26,14 @@ Liberties, none visible to the protocol:
   leader's turn both appends new proposals and commits older ones; without
   this every commit waited one more flush, behind appends it does not cover.
   Any other persist or held effect (a role change, a sync) is a barrier: a
-  commit never passes it.
+  commit never passes it;
+* a leader's ``CommitTo(z)`` and the ``Broadcast(Commit(z))`` after it are
+  carried out as one step, in the other order: ``commit_decided`` (the
+  answers to its followers' forwarded writes), the Commit, then
+  ``committed`` (which writes what is queued and applies). The followers
+  apply while the leader does, as ZooKeeper's leader sends COMMIT before it
+  applies; a follower still hears which txn each of its writes became before
+  the Commit that covers it.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ class Speaker(Protocol):
     def read_ready(self, token: int, zxid: int) -> None: ...
 
     def read_failed(self, token: int) -> None: ...
+
+    def commit_decided(self, zxid: int) -> None: ...
 
     def committed(self, zxid: int) -> None: ...
 
@@ -120,9 +129,9 @@ class EffectPipeline:
 
     def run(self, effects: list[Effect]) -> None:
         persist = self._persist
-        speak = self._speak
         held = self.held
         last_commit, last_commit_to = _last_commits(effects)
+        paired = False  # the last CommitTo was said with the Commit after it
         for i, e in enumerate(effects):
             cls = type(e)
             do_persist = persist.get(cls)
@@ -136,16 +145,36 @@ class EffectPipeline:
                 continue
             if (cls is CommitTo and i != last_commit_to) or (i != last_commit and _is_commit(e)):
                 continue  # a later commit in this batch covers it
+            if i == last_commit and i == last_commit_to + 1 and paired:
+                continue  # said with its CommitTo
             if held or self.written > self.durable:
                 early = self.early_propose and not held and isinstance(e, Broadcast) and type(e.msg) in _PROPOSALS
                 if early or self._may_pass(e):
-                    speak[cls](e)
+                    paired = self._say(e, effects, i, last_commit)
                 else:
                     if not _passable(e):
                         self._blockers += 1
                     held.append((self.written, e))
             else:
-                speak[cls](e)
+                paired = self._say(e, effects, i, last_commit)
+
+    def _say(self, e: Effect, effects: list[Effect], i: int, last_commit: int) -> bool:
+        """Carry out ``e``; True if it was a CommitTo said together with the
+        Commit that follows it (the leader's commit)."""
+        if type(e) is CommitTo and last_commit == i + 1:
+            self._commit(e.zxid, effects[last_commit])
+            return True
+        self._speak[type(e)](e)
+        return False
+
+    def _commit(self, z: int, commit: Effect) -> None:
+        # A leader's followers hear of the commit before it applies the
+        # batch itself (as ZooKeeper's leader sends COMMIT, then applies);
+        # the answers to their forwarded writes go ahead of the Commit.
+        speaker = self.speaker
+        speaker.commit_decided(z)
+        self._speak[type(commit)](commit)
+        speaker.committed(z)
 
     def _may_pass(self, e: Effect) -> bool:
         """A commit whose appends are all durable, with nothing it must
@@ -179,6 +208,10 @@ class EffectPipeline:
                 after = held[0][1]
                 if type(after) is Send and type(after.msg) is Ack and after.dst == e.dst:
                     continue  # the next Ack, to the same leader, covers this one
+            if type(e) is CommitTo and held and held[0][0] <= durable and _is_commit(held[0][1]):
+                self._blockers -= 1
+                self._commit(e.zxid, held.popleft()[1])
+                continue
             speak[type(e)](e)
 
 

@@ -23,7 +23,6 @@ from zabd.codec import peer as wire
 from zabd.codec.framing import frame
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
 from zabd.kv.machine import StateMachine
-from zabd.kv.store import OK
 from zabd.protocol import zxid as zx
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import Membership, MembershipError
@@ -114,6 +113,7 @@ class ProposalPath:
         self.forwarded: dict[int, LocalReply] = {}  # follower: sent to the leader, unanswered
         self.committed_elsewhere: deque[tuple[int, LocalReply]] = deque()  # committed at the leader, not here yet
         self._next_fid = 0
+        self._told = 0  # leader: followers' writes up to here were answered at their commit
         self.reads: dict[int, Reply] = {}  # read barrier token -> who waits for it (leader)
         self._next_token = 0
         self._kv_epoch = -1
@@ -310,13 +310,26 @@ class ProposalPath:
 
     # ------------------------------------------------------------ completion
 
+    def commit_decided(self, z: int) -> None:
+        """A leader decided the commit of ``z``: its followers' writes up to
+        ``z`` are answered now, ahead of the Commit on the same link, so a
+        follower knows which of its writes a txn was when it applies it."""
+        told = self._told
+        for pz, reply in self.pending:
+            if pz > z:
+                break
+            if pz > told and type(reply) is PeerReply:
+                self.links.send_frame(reply.peer, frame((wire.TAG_FORWARD_OK, reply.fid, pz)))
+        self._told = max(told, z)
+
     def answer_applied(self, z: int) -> None:
         """The txn ``z`` is applied here: answer who waited for it and what
         their sessions asked after it, before the next txn changes the state."""
         pending = self.pending
         while pending and pending[0][0] <= z:
             pz, reply = pending.popleft()
-            self._succeed(reply, pz)
+            if type(reply) is not PeerReply or pz > self._told:
+                self._succeed(reply, pz)
         done = self.committed_elsewhere
         while done and done[0][0] <= z:
             pz, local = done.popleft()
@@ -385,21 +398,8 @@ class ProposalPath:
             reply.session.complete(reply.slot, schema.ok_zxid_frame(reply.rid, z))
 
     def _kv_answer(self, rid: int, z: int) -> bytes:
-        res = self.kv.result(z) if self.kv is not None else None
-        if res is None:
-            # A snapshot install replaced the state here past z: the txn is
-            # committed, but whether it set the key or was a failed condition
-            # is not known here. Never "ok" for what may have been a failure.
-            body = schema.error_body(rid, schema.LEADER_LOST, "committed, but its result (ok or a failed condition) "
-                                     "is not known on this server (a snapshot replaced its state); read the key")
-            body["zxid"] = z
-            return frame(body)
-        if res.code == OK:
-            return frame({"v": 1, "id": rid, "ok": True, "zxid": z, "version": res.version})
-        body = schema.error_body(rid, res.code, f"condition failed: {res.code} (version {res.version})")
-        body["zxid"] = z
-        body["version"] = res.version
-        return frame(body)
+        res = self.kv.result(z) if self.kv is not None else None  # None: a snapshot install replaced it here
+        return schema.kv_write_frame(rid, z, None if res is None else res.code, 0 if res is None else res.version)
 
     def _fail(self, reply: Reply, code: str, message: str, leader: int = 0) -> None:
         if reply is None:

@@ -1,6 +1,5 @@
-"""A replica: the protocol core, driven by the clock and the network.
-
-This module wires the parts and runs their life; each part does one job:
+"""A replica: the protocol core, driven by the clock and the network. This
+module wires the parts and runs their life; each part does one job:
 
 | part | job |
 | --- | --- |
@@ -14,9 +13,9 @@ This module wires the parts and runs their life; each part does one job:
 | ``sync`` | DIFF/TRUNC/SNAP instead of whole histories |
 | ``recovery``, ``snapshots``, ``status`` | start-up, snapshots, the status answer |
 
-Inputs are handed to the core as they arrive; once per loop iteration
-``_process`` takes its effects to the pipeline, and the transport writes what
-was queued. Storage flushes run in one task (group commit), releasing what waited.
+Inputs are handed to the core as they arrive; once per loop iteration ``_process`` takes its
+effects to the pipeline, and the transport writes what was queued (and before a commit is
+applied). Storage flushes run in one task (group commit), releasing what waited.
 """
 
 from __future__ import annotations
@@ -113,6 +112,7 @@ class Replica:
         )
         self.send, self.broadcast, self.send_sync = self.outbound.send, self.outbound.broadcast, self.outbound.send_sync
         self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed
+        self.commit_decided = self.proposals.commit_decided
         self.pipeline = EffectPipeline(storage, self, early_propose=config.leader_early_propose,
                                        cumulative_acks=options.cumulative_acks, install=self.sync.install)
         self._inline_flush = type(storage) is MemoryStorage
@@ -358,6 +358,7 @@ class Replica:
     # ------------------------------------------- the pipeline's speaker side
 
     def committed(self, zxid: int) -> None:
+        self.transport.flush()  # a leader's Commit and a follower's Acks leave before this node applies
         new = self.applier.commit_to(zxid, self.proposals.answer_applied)
         self.proposals.on_applied(self.applier.applied)
         self.watches.applied(new)
