@@ -72,6 +72,27 @@ def test_a_snapshot_of_a_different_tree_is_found(spark: Any, tmp_path: Path) -> 
     assert audit(spark, [str(dirs[0]), str(dirs[2])]).ok
 
 
+def test_the_locally_configured_config_node_is_no_disagreement(spark: Any, tmp_path: Path) -> None:
+    """A KV nemesis run reported "tree digests differ at zxid 0:0": only node
+    1 had a snapshot, which holds /zookeeper/config as its server set it from
+    its configuration; the others were replayed from their logs alone."""
+    zk = zk_log()
+    txns, last = zk.txns, zk.txns[-1].zxid
+    at = zx.make(1, 12)
+    m = KVMachine(zk_config=b"server.1=10.0.0.1:2888:3888:participant;0.0.0.0:2181\nversion=0")
+    for t in txns:
+        if t.zxid <= at:
+            m.apply(t)
+    dirs = [tmp_path / f"n{i}" for i in (1, 2, 3)]
+    write_dir(dirs[0], txns, commit=last, snap_at=at, snap_data=m.snapshot())
+    write_dir(dirs[1], txns, commit=last)
+    write_dir(dirs[2], txns, commit=last)
+    report = audit(spark, [str(d) for d in dirs])
+    assert report.ok, report.problems
+    n1, n2, _ = report.nodes
+    assert n1["tree_digest"] != n2["tree_digest"] == f"{zk.tree.digest:016x}"  # shown as each server holds it
+
+
 def test_a_committed_txn_that_would_stop_a_server_is_reported(spark: Any, tmp_path: Path) -> None:
     zk = zk_log()
     last = zk.txns[-1].zxid

@@ -113,8 +113,10 @@ def tree_checks(trees: Any) -> tuple[dict[int, dict[str, Any]], list[str], list[
         .agg(F.max_by(F.struct("zxid", "digest", "znodes", "sessions"), "pos").alias("last"))
         .collect()
     }
-    a = ok.select(F.col("node").alias("a"), "zxid", F.col("digest").alias("da"))
-    b = ok.select(F.col("node").alias("b"), "zxid", F.col("digest").alias("db"))
+    # compared without /zookeeper/config: each server sets it from its own
+    # configuration, and a node replayed without a snapshot has none
+    a = ok.select(F.col("node").alias("a"), "zxid", F.col("replicated").alias("da"))
+    b = ok.select(F.col("node").alias("b"), "zxid", F.col("replicated").alias("db"))
     pairs = (
         a.join(b, "zxid")
         .where((F.col("a") < F.col("b")) & (F.col("da") != F.col("db")))

@@ -17,7 +17,10 @@ import hashlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zabd.kv.zk.tree import DataTree
 
 INT63 = 1 << 63
 
@@ -161,6 +164,7 @@ TREE_COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("pos", "long", False),  # row order within the node (the replay's order)
     ("zxid", "long", False),
     ("digest", "string", False),  # DataTree.digest, 16 hex digits ("" on an error row)
+    ("replicated", "string", False),  # DataTree.replicated_digest, what nodes are compared on
     ("znodes", "long", False),
     ("sessions", "long", False),
     ("file", "string", False),  # where the txn (or the snapshot) is
@@ -199,11 +203,11 @@ def iter_tree_rows(node: int, data_dir: str, commit: int) -> Iterator[tuple[Any,
         replay = Replay(data)
     except SnapshotUnusable as exc:
         if exc.claimed:
-            yield (node, 0, snap_zxid, "", 0, 0, where, f"snapshot does not restore: {exc}")
+            yield (node, 0, snap_zxid, "", "", 0, 0, where, f"snapshot does not restore: {exc}")
         return
     tree = replay.tree
     pos = 0
-    yield (node, pos, tree.applied, f"{tree.digest:016x}", len(tree), len(tree.sessions), where, None)
+    yield (node, pos, tree.applied, *_digests(tree), len(tree), len(tree.sessions), where, None)
     for rec in iter_records(data_dir):
         if rec.zxid <= snap_zxid or rec.zxid > commit or not changes_tree(rec.payload):
             continue
@@ -212,9 +216,13 @@ def iter_tree_rows(node: int, data_dir: str, commit: int) -> Iterator[tuple[Any,
         pos += 1
         why = replay.apply(rec.zxid, rec.payload)
         if why is not None:
-            yield (node, pos, rec.zxid, "", len(tree), len(tree.sessions), rec.file, why)
+            yield (node, pos, rec.zxid, "", "", len(tree), len(tree.sessions), rec.file, why)
             return
-        yield (node, pos, rec.zxid, f"{tree.digest:016x}", len(tree), len(tree.sessions), rec.file, None)
+        yield (node, pos, rec.zxid, *_digests(tree), len(tree), len(tree.sessions), rec.file, None)
+
+
+def _digests(tree: DataTree) -> tuple[str, str]:
+    return f"{tree.digest:016x}", f"{tree.replicated_digest():016x}"
 
 
 def tree_batches(

@@ -254,6 +254,16 @@ class DataTree:
         path = "/zookeeper/config"
         self._put(path, ZNode.make(data, self.nodes[path].acl, 0, zxid, 0, 0, 0, -1, 0, -1, 0, None))
 
+    def replicated_digest(self) -> int:
+        """The digest without ``/zookeeper/config``'s share: a server sets that
+        node from its own configuration (``set_config``), not through the
+        log, so a tree rebuilt from the log alone (an audit's replay of a
+        node without a snapshot) lacks it while a snapshot holds it. What the
+        log made of the rest is what replicas are compared on."""
+        path = "/zookeeper/config"
+        node = self.nodes.get(path)
+        return self.digest if node is None else (self.digest - self._hash(path, node)) & MASK64
+
     def reconfigured(self, data: bytes, zxid: int) -> None:
         """A membership change committed at ``zxid``: ``/zookeeper/config``
         follows it, and the tree has applied ``zxid``, as after ZooKeeper's
