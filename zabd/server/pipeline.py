@@ -100,8 +100,10 @@ class EffectPipeline:
         self.written = 0  # persist effects handed to storage
         self.durable = 0  # persist effects known durable
         self.held: deque[tuple[int, Effect]] = deque()
-        # appends not known durable yet, (persist number, zxid) in order
+        # per run() that appended: (its last persist number, its first zxid);
+        # one entry a call, not one a txn: a flush never ends inside a call
         self._appends: deque[tuple[int, int]] = deque()
+        self._run_first = 0  # the first zxid this run() appended, while it runs
         self._barrier = 0  # the last persist that is not an append: no commit passes it
         self._blockers = 0  # held effects a commit may not pass
         self._persist: dict[type, Callable[[Any], None]] = {
@@ -138,10 +140,10 @@ class EffectPipeline:
             if do_persist is not None:
                 do_persist(e)
                 self.written += 1
-                if isinstance(e, AppendTxn):
-                    self._appends.append((self.written, e.txn.zxid))
-                else:
+                if not isinstance(e, AppendTxn):
                     self._barrier = self.written
+                elif not self._run_first:
+                    self._run_first = e.txn.zxid
                 continue
             if (cls is CommitTo and i != last_commit_to) or (i != last_commit and _is_commit(e)):
                 continue  # a later commit in this batch covers it
@@ -157,6 +159,9 @@ class EffectPipeline:
                     held.append((self.written, e))
             else:
                 paired = self._say(e, effects, i, last_commit)
+        if self._run_first:
+            self._appends.append((self.written, self._run_first))
+            self._run_first = 0
 
     def _say(self, e: Effect, effects: list[Effect], i: int, last_commit: int) -> bool:
         """Carry out ``e``; True if it was a CommitTo said together with the
@@ -187,8 +192,8 @@ class EffectPipeline:
             z = e.msg.zxid
         else:
             return False
-        appends = self._appends
-        return not appends or appends[0][1] > z
+        first = self._appends[0][1] if self._appends else self._run_first
+        return not first or first > z
 
     def flushed(self, upto: int) -> None:
         """Every persist effect up to number ``upto`` is durable: speak what
