@@ -11,13 +11,14 @@ from tests.storage.helpers import flip_byte, run, segments, z
 from zabd.protocol.messages import Txn
 from zabd.storage.disk import DiskStorage
 from zabd.storage.txnlog import (
+    REC_HEADER_SIZE,
     SEG_HEADER_SIZE,
     LogCorruption,
     StorageError,
-    append_record,
     encode_record,
     encode_segment_header,
     iter_records,
+    record_head,
 )
 
 SMALL = {"segment_bytes": 4096, "prealloc_bytes": 4096}
@@ -188,8 +189,8 @@ def test_appends_that_break_order_are_refused(tmp_path: object) -> None:
     s.close()
 
 
-def test_a_record_appended_in_place_is_the_encoded_record() -> None:
-    buf = bytearray(b"head")
-    sizes = [append_record(buf, z(1, k), b"p" * k) for k in (0, 1, 1024)]
+def test_a_record_is_its_head_then_its_payload() -> None:
     records = [encode_record(z(1, k), b"p" * k) for k in (0, 1, 1024)]
-    assert bytes(buf) == b"head" + b"".join(records) and sizes == [len(r) for r in records]
+    heads = [record_head(z(1, k), b"p" * k) for k in (0, 1, 1024)]
+    assert [len(h) for h in heads] == [REC_HEADER_SIZE] * 3
+    assert records == [h + b"p" * k for h, k in zip(heads, (0, 1, 1024), strict=True)]

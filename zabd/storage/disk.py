@@ -56,12 +56,12 @@ from zabd.storage.txnlog import (
     REC_HEADER_SIZE,
     PhysicalLog,
     StorageError,
-    append_record,
     decode_records,
     delete_segments,
     follows,
     fsync_dir,
     order_problem,
+    record_head,
     recover_log,
 )
 
@@ -119,7 +119,7 @@ class DiskStorage:
         self._base = 0  # zxid before the first retained record
         self._commit = 0
         self._ops: list[Op] = []
-        self._buf = bytearray()
+        self._buf: list[bytes] = []  # heads and payloads of the records not yet sealed
         self._buf_zxids: list[int] = []
         self._buf_sizes: list[int] = []
         self._loaded = False
@@ -377,14 +377,18 @@ class DiskStorage:
         prev = self._zxids[-1] if self._zxids else self._base
         if not follows(prev, z):
             raise ValueError(f"append: {order_problem(prev, z)}")
-        self._buf_sizes.append(append_record(self._buf, z, txn.payload))
+        payload = txn.payload
+        buf = self._buf
+        buf.append(record_head(z, payload))
+        buf.append(payload)
+        self._buf_sizes.append(REC_HEADER_SIZE + len(payload))
         self._buf_zxids.append(z)
         self._zxids.append(z)
 
     def _seal(self) -> None:
         if self._buf_zxids:
-            self._ops.append((_APPEND, bytes(self._buf), self._buf_zxids, self._buf_sizes))
-            self._buf = bytearray()
+            self._ops.append((_APPEND, b"".join(self._buf), self._buf_zxids, self._buf_sizes))
+            self._buf = []
             self._buf_zxids = []
             self._buf_sizes = []
 

@@ -82,19 +82,15 @@ def segment_name(seq: int) -> str:
 
 
 def encode_record(zxid: int, payload: bytes) -> bytes:
-    buf = bytearray()
-    append_record(buf, zxid, payload)
-    return bytes(buf)
+    return record_head(zxid, payload) + payload
 
 
-def append_record(buf: bytearray, zxid: int, payload: bytes) -> int:
-    """One record written onto the end of ``buf`` (no record-sized copy on
-    the way); returns its size."""
+def record_head(zxid: int, payload: bytes) -> bytes:
+    """The header of ``payload``'s record: a batch is its heads and payloads
+    joined once, not a buffer grown a record at a time (each growth can move
+    everything before it)."""
     lz = LEN_ZXID.pack(len(payload), zxid)
-    buf += CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz)))
-    buf += lz
-    buf += payload
-    return REC_HEADER_SIZE + len(payload)
+    return CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz))) + lz
 
 
 def encode_segment_header(seq: int, base_zxid: int) -> bytes:
