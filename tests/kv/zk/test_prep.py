@@ -250,6 +250,8 @@ def test_duplicate_acl_entries_are_stored_once() -> None:
     (SetData("a", b""), Code.BAD_ARGUMENTS),
     (SetData("/a/", b""), Code.BAD_ARGUMENTS),
     (SetData("", b""), Code.BAD_ARGUMENTS),
+    (SetData("/a//", b""), Code.BAD_ARGUMENTS),  # a missing node's path is still checked first
+    (SetData("/a/b", b""), Code.NO_NODE),
     (SetACL("/a/..", OPEN_ACL_UNSAFE), Code.BAD_ARGUMENTS),
     (Delete("a"), Code.BAD_ARGUMENTS),
     (Delete("/a\x00"), Code.BAD_ARGUMENTS),

@@ -251,8 +251,14 @@ class ZKLeader:
 
     def _set_data(self, t: _Txn, auth: Sequence[Id], req: SetData) -> list[Any]:
         path = req.path
-        paths.validate(path)
-        r = t.rec(path)
+        try:
+            r = t.rec(path)
+        except ZKError:
+            # ZooKeeper checks the path first (BAD_ARGUMENTS before NO_NODE);
+            # a node that exists was created with a valid path, so only a
+            # missing one needs the check: setData is the hottest write
+            paths.validate(path)
+            raise
         acls.check(r.acl, acls.WRITE, auth, path)
         if req.data is not None and len(req.data) > self.max_data:
             raise ZKError(Code.BAD_ARGUMENTS, path)
