@@ -190,6 +190,8 @@ _I64 = struct.Struct(">q")
 _REPLY_HEADER = struct.Struct(">iqi")
 _MULTI_HEADER = struct.Struct(">iBi")
 _STAT = struct.Struct(">qqqqiiiqiiq")
+# a whole framed setData answer (length, ReplyHeader, Stat): the hottest write's reply in one pack
+_STAT_REPLY = struct.Struct(">iiqiqqqqiiiqiiq")
 
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -664,6 +666,11 @@ def encode_reply(xid: int, zxid: int, err: int, op: int, result: object | None,
         w.out += _REPLY_HEADER.pack(_int(xid), _long(zxid), 0)
         _multi_response(w, result, multi_ops)
         return w.framed()
+    if op == OP_SET_DATA and err == 0 and type(result) is StatResult:
+        try:
+            return _STAT_REPLY.pack(_STAT_REPLY.size - 4, xid, zxid, 0, *result.stat)
+        except struct.error:  # a value out of a Java int's or long's range: the general path wraps it
+            pass
     if op == OP_EXISTS and err == 0 and isinstance(result, ExistsResult) and result.stat is None:
         err = _NO_NODE
     w = _Writer()
