@@ -171,6 +171,15 @@ def test_kazoo_parses_replies(op: int, kazoo_req: Any, result: object, expected:
     assert parsed == expected  # kazoo's ZnodeStat is a namedtuple of the same fields, in order
 
 
+@pytest.mark.parametrize("zxid", [1, 0x2_0000_0001, (1 << 63) - 1, (1 << 64) - 1])
+def test_a_set_data_answer_is_the_general_writers_bytes(zxid: int) -> None:
+    # setData's one-pack answer against setACL's, which takes the general writer with the same body
+    stat = STAT._replace(mzxid=zxid, pzxid=zxid)
+    fast = jute.encode_reply(-7, zxid, 0, jute.OP_SET_DATA, StatResult(stat))
+    assert fast == jute.encode_reply(-7, zxid, 0, jute.OP_SET_ACL, StatResult(stat))
+    assert kazoo_reply(fast, kz.SetData)[0].zxid == zxid - (1 << 64 if zxid >= 1 << 63 else 0)
+
+
 def test_exists_of_a_missing_node_is_no_node_without_a_body() -> None:
     for err in (Code.NO_NODE, 0):
         b = body(jute.encode_reply(3, 10, int(err), jute.OP_EXISTS, ExistsResult(None)))
