@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections import deque
 from collections.abc import Callable
 from typing import cast
 
@@ -48,21 +47,29 @@ _CHANGE = struct.Struct("<QI")
 
 
 class _Results:
-    """The results of the last RESULTS_KEPT txns of one kind, by zxid."""
+    """The results of the last RESULTS_KEPT / 2 to RESULTS_KEPT txns of one
+    kind, by zxid: two generations of dicts that only grow, the older dropped
+    whole when the newer is full. One dict with a delete per insert cost
+    ~250 ns an add on every replica, this ~100."""
 
     def __init__(self) -> None:
-        self.by_zxid: dict[int, object] = {}
-        self._order: deque[int] = deque()
+        self._new: dict[int, object] = {}
+        self._old: dict[int, object] = {}
 
     def add(self, zxid: int, result: object) -> None:
-        self.by_zxid[zxid] = result
-        self._order.append(zxid)
-        if len(self._order) > RESULTS_KEPT:
-            self.by_zxid.pop(self._order.popleft(), None)
+        new = self._new
+        if len(new) >= RESULTS_KEPT // 2:
+            self._old, self._new = new, {zxid: result}
+        else:
+            new[zxid] = result
+
+    def get(self, zxid: int) -> object:
+        r = self._new.get(zxid)
+        return self._old.get(zxid) if r is None else r
 
     def clear(self) -> None:
-        self.by_zxid.clear()
-        self._order.clear()
+        self._new = {}
+        self._old = {}
 
 
 class KVMachine:
@@ -126,11 +133,11 @@ class KVMachine:
 
     def result(self, zxid: int) -> Result | None:
         """The result of the KV txn at ``zxid``, if still kept here."""
-        return cast(Result | None, self._kv_results.by_zxid.get(zxid))
+        return cast(Result | None, self._kv_results.get(zxid))
 
     def zk_result(self, zxid: int) -> WriteResult | None:
         """The result of the ZooKeeper txn at ``zxid``, if still kept here."""
-        return cast(WriteResult | None, self._zk_results.by_zxid.get(zxid))
+        return cast(WriteResult | None, self._zk_results.get(zxid))
 
     def snapshot(self) -> bytes:
         return self.encode_view(self.snapshot_view())
