@@ -50,7 +50,7 @@ class _Results:
     """The results of the last RESULTS_KEPT / 2 to RESULTS_KEPT txns of one
     kind, by zxid: two generations of dicts that only grow, the older dropped
     whole when the newer is full. One dict with a delete per insert cost
-    ~250 ns an add on every replica, this ~100."""
+    253 ns an add on every replica, this 125 (both called from Python)."""
 
     def __init__(self) -> None:
         self._new: dict[int, object] = {}
