@@ -346,6 +346,9 @@ def main(argv: list[str]) -> int:
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     command = shlex.join([sys.executable, *sys.argv])
     print(f"$ {command}", flush=True)
+    # the servers run on this interpreter, whose build moves their speed by a fifth (docs/zookeeper.md)
+    python = f"Python {sys.version.split()[0]} of {sys.base_prefix}"
+    print(f"zabd's servers run on {python}", flush=True)
     ok, why = available()
     if not ok or not Path(SLF4J).exists():
         print(f"zk_side_by_side: {why or SLF4J + ' missing'}", file=sys.stderr)
@@ -400,7 +403,8 @@ def main(argv: list[str]) -> int:
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "cores": os.cpu_count(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "zabd": {"nodes": 3, "storage": "disk", "fsync": True, "log_level": "warning", "set": args.zabd_set},
+        "zabd": {"nodes": 3, "storage": "disk", "fsync": True, "log_level": "warning", "set": args.zabd_set,
+                 "python": python},
         "zookeeper": {"nodes": 3, "version": "3.8.0 (Debian)", "forceSync": "yes", "heap": "1g"},
         "ops": {},
     }
