@@ -346,7 +346,7 @@ def main(argv: list[str]) -> int:
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     command = shlex.join([sys.executable, *sys.argv])
     print(f"$ {command}", flush=True)
-    # the servers run on this interpreter, whose build moves their speed by a fifth (docs/zookeeper.md)
+    # the servers run on this interpreter, and its build changes their CPU a write (docs/zookeeper.md)
     python = f"Python {sys.version.split()[0]} of {sys.base_prefix}"
     print(f"zabd's servers run on {python}", flush=True)
     ok, why = available()

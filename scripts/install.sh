@@ -5,10 +5,10 @@
 # The interpreter: $ZABD_PYTHON if set, else the distribution's /usr/bin/python3
 # when it is 3.11 or newer, else the first python3 on the PATH. The distribution's
 # comes first because a server's time is mostly the interpreter's own C code
-# (allocation, dicts, tuples), and how CPython was built shows: Debian's
-# statically linked python3.11 ran zabd's ZooKeeper-port writes 16-26 % faster,
-# at 53-61 against 65-77 us of server CPU a write, than a pyenv 3.11 built from
-# source without --enable-optimizations (docs/zookeeper.md, "Which CPython").
+# (allocation, dicts, tuples), and how CPython was built shows: a write's
+# prepare and apply took 14 % fewer instructions on Debian's statically linked
+# python3.11 than on a pyenv 3.11 built from source without
+# --enable-optimizations (docs/zookeeper.md, "Which CPython runs the servers").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Spark needs Java; the nemesis and the partition tests need iptables
