@@ -5,7 +5,7 @@
 ``scripts/install.sh`` makes (``.kazoo-venv``: the suite pins pyOpenSSL and
 cryptography below what this environment has). Against ZooKeeper 3.8.0 here
 the same suite gives 490 passed, 3 skipped; the acceptance: every test that
-passes against ZooKeeper passes against zabd, except these, each with its
+passes against ZooKeeper passes against zabd, except these, which are not run, each with its
 reason (docs/zookeeper.md):
 """
 
@@ -33,7 +33,11 @@ def test_kazoos_own_suite_passes_against_zabd(tmp_path: Path) -> None:
     report = tmp_path / "junit.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
     env |= {"PYTHON": str(VENV_PYTHON), "KAZOO_SUITE_DIR": str(tmp_path / "servers")}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "kazoo_suite.sh"), f"--junitxml={report}"],
+    # The excepted classes are not run: a SASL test's connection thread dies of
+    # UnimplementedError in the background, and pytest then fails whichever test
+    # is running (it once failed test_selectors_select's test_errno).
+    skip = "not (" + " or ".join(EXCEPTED) + ")"
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "kazoo_suite.sh"), f"--junitxml={report}", "-k", skip],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert report.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     passed, failed = 0, []
