@@ -29,6 +29,7 @@ elif [ -x /usr/bin/python3 ] && is_311 /usr/bin/python3; then
     "$PY" -c 'import ensurepip' >/dev/null 2>&1 || need+=("python3-venv")
 else
     PY=python3
+    is_311 "$PY" || { echo "install: zabd needs Python 3.11 or newer; $(command -v python3 || echo 'no python3') is older (ZABD_PYTHON=/path/to/python3.11 picks one)" >&2; exit 2; }
 fi
 if [ ${#need[@]} -gt 0 ]; then
     echo "install: apt-get install ${need[*]}" >&2
