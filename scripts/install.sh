@@ -22,15 +22,14 @@ command -v iptables >/dev/null 2>&1 || need+=(iptables)
 is_311() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; }
 if [ -n "${ZABD_PYTHON:-}" ]; then
     PY=$ZABD_PYTHON
-    is_311 "$PY" || { echo "install: ZABD_PYTHON=$PY is not a Python 3.11 or newer" >&2; exit 2; }
 elif [ -x /usr/bin/python3 ] && is_311 /usr/bin/python3; then
     PY=/usr/bin/python3
     # Debian's venv module comes in its own package
     "$PY" -c 'import ensurepip' >/dev/null 2>&1 || need+=("python3-venv")
 else
     PY=python3
-    is_311 "$PY" || { echo "install: zabd needs Python 3.11 or newer; $(command -v python3 || echo 'no python3') is older (ZABD_PYTHON=/path/to/python3.11 picks one)" >&2; exit 2; }
 fi
+is_311 "$PY" || { echo "install: zabd needs Python 3.11 or newer; $PY is not one (ZABD_PYTHON=/path/to/python3.11 picks another)" >&2; exit 2; }
 if [ ${#need[@]} -gt 0 ]; then
     echo "install: apt-get install ${need[*]}" >&2
     if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

@@ -5,8 +5,8 @@
 ``scripts/install.sh`` makes (``.kazoo-venv``: the suite pins pyOpenSSL and
 cryptography below what this environment has). Against ZooKeeper 3.8.0 here
 the same suite gives 490 passed, 3 skipped; the acceptance: every test that
-passes against ZooKeeper passes against zabd, except these, which are not run, each with its
-reason (docs/zookeeper.md):
+passes against ZooKeeper passes against zabd, except these, which are not
+run, each with its reason (docs/zookeeper.md):
 """
 
 from __future__ import annotations
