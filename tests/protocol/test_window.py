@@ -104,6 +104,28 @@ def test_committed_txns_beyond_the_window_leave_memory() -> None:
     assert node.last_zxid() == z(2, 7)
 
 
+def test_committed_txns_leave_memory_a_sixteenth_of_the_window_at_a_time() -> None:
+    # a whole window freed at once held every replica's loop at the same zxid
+    opts = Options(vote_on_follow=True, windowed=True, window=64, diff_limit=10, sync_retry=100)
+    node = Node(3, [1, 2], 7, opts)
+    node.restore(current_epoch=1, accepted_epoch=1, epoch_leader=3, history=txns(z(1, 1)),
+                 last_committed=z(1, 1), log_start=0)
+    node.start_election(0)
+    node.on_message(1, Vote(1, node.last_zxid(), 1, 3), 1)
+    node.on_message(1, SyncInfo(node.base, window_ends(node.history)), 2)
+    node.on_message(1, AckEpoch(2, 1, node.last_zxid()), 2)
+    node.on_message(1, AckLeader(2), 3)
+    assert node.role == LEADING
+    lengths = []
+    for k in range(300):
+        zk = node.propose(b"x%d" % k, 10)
+        node.on_message(1, Ack(zk), 11)
+        lengths.append(len(node.history))
+    assert max(lengths) < 64 + 64 // 16
+    assert min(lengths[100:]) >= 64  # never below the window
+    assert node.base == node.history[0].zxid - 1 and node.last_committed == node.history[-1].zxid
+
+
 def test_uncommitted_txns_never_leave_memory() -> None:
     node = leader_with(txns(z(1, 1)))
     for k in range(10):
