@@ -504,6 +504,18 @@ public class ZkBench {
          .append(",\"p999\":").append(r3(pct(all, total, 0.999)))
          .append(",\"max\":").append(r3(total > 0 ? all[total - 1] / 1e6 : Double.NaN))
          .append(",\"mean\":").append(r3(mean)).append("}");
+        // per session: a server that answers slower shows here, hidden in the overall percentiles
+        j.append(",\"per_session\":[");
+        for (int i = 0; i < sessions.size(); i++) {
+            Session s = sessions.get(i);
+            long[] mine = Arrays.copyOf(s.lat.a, s.lat.n);
+            Arrays.sort(mine);
+            if (i > 0) j.append(',');
+            j.append("{\"server\":").append(jsonStr(s.server)).append(",\"ops\":").append(s.lat.n)
+             .append(",\"p50\":").append(r3(pct(mine, mine.length, 0.50)))
+             .append(",\"p99\":").append(r3(pct(mine, mine.length, 0.99))).append('}');
+        }
+        j.append(']');
         j.append(",\"cpu\":").append(cpuJson(cpuA, cpuB, clk));
         j.append("}");
         System.out.println(j);
