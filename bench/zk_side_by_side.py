@@ -69,6 +69,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from zkcluster import ZkCluster, available, four_letter  # noqa: E402
 
+from zabd import compiled  # noqa: E402
 from zabd.client.spawn import LocalCluster, free_ports  # noqa: E402
 
 JAVA_SRC = ROOT / "bench" / "ZkBench.java"
@@ -348,7 +349,9 @@ def main(argv: list[str]) -> int:
     print(f"$ {command}", flush=True)
     # the servers run on this interpreter, and its build changes their CPU a write (docs/zookeeper.md)
     python = f"Python {sys.version.split()[0]} of {sys.base_prefix}"
-    print(f"zabd's servers run on {python}", flush=True)
+    # a source edited after the mypyc build makes every module pure Python: ~25 % slower servers
+    build = compiled.describe()
+    print(f"zabd's servers run on {python}, {build}", flush=True)
     ok, why = available()
     if not ok or not Path(SLF4J).exists():
         print(f"zk_side_by_side: {why or SLF4J + ' missing'}", file=sys.stderr)
@@ -404,7 +407,7 @@ def main(argv: list[str]) -> int:
         "cores": os.cpu_count(),
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "zabd": {"nodes": 3, "storage": "disk", "fsync": True, "log_level": "warning", "set": args.zabd_set,
-                 "python": python},
+                 "python": python, "build": build},
         "zookeeper": {"nodes": 3, "version": "3.8.0 (Debian)", "forceSync": "yes", "heap": "1g"},
         "ops": {},
     }
