@@ -38,9 +38,9 @@ def txns(*zs: int) -> tuple[Txn, ...]:
     return tuple(Txn(x, b"p%d" % (x & 0xFFFF)) for x in zs)
 
 
-def leader_with(history: tuple[Txn, ...], log_start: int = 0) -> Node:
+def leader_with(history: tuple[Txn, ...], log_start: int = 0, opts: Options = OPTS) -> Node:
     """Node 3 leads epoch 2 with ``history`` (all committed), node 1 synced."""
-    node = Node(3, [1, 2], 7, OPTS)
+    node = Node(3, [1, 2], 7, opts)
     node.restore(current_epoch=1, accepted_epoch=1, epoch_leader=3, history=history,
                  last_committed=history[-1].zxid if history else 0, log_start=log_start)
     node.start_election(0)
@@ -107,15 +107,7 @@ def test_committed_txns_beyond_the_window_leave_memory() -> None:
 def test_committed_txns_leave_memory_a_sixteenth_of_the_window_at_a_time() -> None:
     # a whole window freed at once held every replica's loop at the same zxid
     opts = Options(vote_on_follow=True, windowed=True, window=64, diff_limit=10, sync_retry=100)
-    node = Node(3, [1, 2], 7, opts)
-    node.restore(current_epoch=1, accepted_epoch=1, epoch_leader=3, history=txns(z(1, 1)),
-                 last_committed=z(1, 1), log_start=0)
-    node.start_election(0)
-    node.on_message(1, Vote(1, node.last_zxid(), 1, 3), 1)
-    node.on_message(1, SyncInfo(node.base, window_ends(node.history)), 2)
-    node.on_message(1, AckEpoch(2, 1, node.last_zxid()), 2)
-    node.on_message(1, AckLeader(2), 3)
-    assert node.role == LEADING
+    node = leader_with(txns(z(1, 1)), opts=opts)
     lengths = []
     for k in range(300):
         zk = node.propose(b"x%d" % k, 10)
