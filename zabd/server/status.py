@@ -88,9 +88,12 @@ class GcTimer:
 # the slow pace so that it does not wake fifty times a second for nothing.
 FREEZE_BUSY_S = 0.02
 FREEZE_IDLE_S = 0.25
-# objects left in the young generation since the last freeze below which a
-# server counts as idle (pings and timers allocate a few hundred)
-IDLE_SURVIVORS = 5_000
+# A server whose survivors pile up faster than this is busy. A rate, not a
+# count: under setData load ~1,200 survive 20 ms and ~10,000 survive 250 ms,
+# so a fixed count between the two sent every busy server back to the slow
+# pace after each fast freeze (half its collections were the long ones);
+# an idle server leaves ~10 a second.
+BUSY_SURVIVORS_PER_S = 2_000
 
 
 async def freeze_survivors() -> None:
@@ -112,8 +115,14 @@ async def freeze_survivors() -> None:
         young, collections, _ = gc.get_count()
         gc.collect(1)
         gc.freeze()
-        busy = collections > 0 or young > IDLE_SURVIVORS
-        period = FREEZE_BUSY_S if busy else FREEZE_IDLE_S
+        period = next_freeze_period(period, young, collections)
+
+
+def next_freeze_period(period: float, young: int, collections: int) -> float:
+    """The pace of the next freeze, from what piled up in the last ``period``:
+    ``young`` objects in the youngest generation, ``collections`` of it."""
+    busy = collections > 0 or young > BUSY_SURVIVORS_PER_S * period
+    return FREEZE_BUSY_S if busy else FREEZE_IDLE_S
 
 
 class StatusReport:
