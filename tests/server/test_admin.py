@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -45,6 +46,7 @@ async def test_health_status_and_metrics(cluster_factory: Factory) -> None:
         "zabd_outstanding_requests", "zabd_peers_connected", "zabd_client_connections", "zabd_watches",
         "zabd_elections", "zabd_last_election_seconds", "zabd_request_seconds", "zabd_fsync_seconds",
         "zabd_log_bytes", "zabd_snapshot_bytes", "zabd_snapshots_taken", "zabd_purged_segments",
+        "zabd_loop_lag_seconds",
     ):
         assert name in families, name
     role = {s.labels["role"]: s.value for s in families["zabd_role"].samples}
@@ -57,8 +59,19 @@ async def test_health_status_and_metrics(cluster_factory: Factory) -> None:
     fsyncs = [s for s in families["zabd_fsync_seconds"].samples if s.name == "zabd_fsync_seconds_count"]
     assert fsyncs[0].value > 0
     assert families["zabd_log_bytes"].samples[0].value > 0
+    # the loop's lag is sampled at each GC freeze (every 250 ms when idle)
+    deadline = time.monotonic() + 10
+    while (lags := await loop_lag_count(cluster.admin_ports[leader])) == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # polling the metric, not a time window
+    assert lags > 0
     code, _, _ = await asyncio.to_thread(get, cluster.admin_ports[leader], "/nothing")
     assert code == 404
+
+
+async def loop_lag_count(port: int) -> float:
+    _, _, body = await asyncio.to_thread(get, port, "/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    return next(s.value for s in families["zabd_loop_lag_seconds"].samples if s.name.endswith("_count"))
 
 
 async def test_health_is_503_without_a_quorum(cluster_factory: Factory) -> None:

@@ -66,6 +66,7 @@ class Counters:
     slow_fsyncs: int = 0
     requests: dict[str, Latency] = field(default_factory=lambda: {"write": Latency(), "sync": Latency()})
     fsync: Latency = field(default_factory=Latency)
+    loop_lag: Latency = field(default_factory=Latency)
 
     def flushed(self, seconds: float, slow_ms: int) -> bool:
         """Count a storage flush; True if it was slow (the caller logs it)."""
@@ -137,6 +138,9 @@ class ReplicaCollector(Collector):
         for kind, lat in c.requests.items():
             yield lat.family("zabd_request_seconds", "client request latency, arrival to answer", {"kind": kind})
         yield c.fsync.family("zabd_fsync_seconds", "storage flush (write + fdatasync) latency")
+        yield c.loop_lag.family(
+            "zabd_loop_lag_seconds", "how late the event loop ran a timer due every 20-250 ms (long turns, CPU waits)"
+        )
         if "zk" in st:
             yield from _mntr_families(st)
 

@@ -174,7 +174,7 @@ class Replica:
             await self.admin.start(*self.config.admin_addr)
         self._tasks.append(asyncio.create_task(self._flusher(), name="flusher"))
         self._tasks.append(asyncio.create_task(self._start_ticking(), name="grace"))
-        self._tasks.append(asyncio.create_task(freeze_survivors(), name="gc"))
+        self._tasks.append(asyncio.create_task(freeze_survivors(self.counters.loop_lag.observe), name="gc"))
         cfg = self.config
         (host, port), (chost, cport) = cfg.peer_addr(self.id), cfg.client_addr
         self.log.info("server started", peer_port=f"{host}:{port}", client_port=f"{chost}:{cport}",

@@ -7,6 +7,7 @@ import gc
 import os
 import resource
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from zabd import __version__
@@ -96,7 +97,7 @@ FREEZE_IDLE_S = 0.25
 BUSY_SURVIVORS_PER_S = 2_000
 
 
-async def freeze_survivors() -> None:
+async def freeze_survivors(observe_lag: Callable[[float], None] | None = None) -> None:
     """The history is a long list of Txn NamedTuples, which the cyclic GC
     never untracks (only exact tuples are), so every full collection walked
     all of it: over half of a follower's CPU at 12k commits/s. Collect the
@@ -107,11 +108,18 @@ async def freeze_survivors() -> None:
     Between two freezes the young generation fills with a write's tuples and
     frames, nearly all freed by reference counting a moment later: collected
     every 700 allocations (CPython's default) they cost 2-3 % of a server's
-    wall time under ZooKeeper setData load, every 50,000 about half that."""
+    wall time under ZooKeeper setData load, every 50,000 about half that.
+
+    ``observe_lag`` gets how late each wake-up came: the loop's long turns
+    and its waits for a core, which every request in flight waits through."""
     gc.set_threshold(50_000, 20, 100)
     period = FREEZE_IDLE_S
+    loop = asyncio.get_running_loop()
     while True:
+        due = loop.time() + period
         await asyncio.sleep(period)
+        if observe_lag is not None:
+            observe_lag(max(0.0, loop.time() - due))
         young, collections, _ = gc.get_count()
         gc.collect(1)
         gc.freeze()
