@@ -4,11 +4,14 @@ purge removed (real files, real fsync)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from tests.storage.helpers import run, z
+from tests.storage.helpers import run, segments, z
 from zabd.storage.base import PurgedError
 from zabd.storage.disk import DiskStorage
+from zabd.storage.txnlog import PURGED_PREFIX
 
 SMALL = {"segment_bytes": 4096, "prealloc_bytes": 4096}
 
@@ -71,5 +74,44 @@ def test_a_purge_is_forgotten_and_purged_reads_say_so(tmp_path: object) -> None:
             s.read_range(0, z(1, 400))
         assert info.value.oldest == s.log_start
         assert s.read_range(s.log_start, z(1, 400))[0].zxid == s.log_start + 1
+    finally:
+        s.close()
+
+
+def test_a_purge_leaves_no_files_behind(tmp_path: object) -> None:
+    d = str(tmp_path)
+    filled(d, committed=400)
+    before = set(os.listdir(os.path.join(d, "log")))
+    s = DiskStorage(d, **SMALL)  # type: ignore[arg-type]
+    s.load()
+    try:
+        s.write_snapshot(z(1, 300), b"state at 300")
+        s.purge(1)
+    finally:
+        s.close()
+    after = set(os.listdir(os.path.join(d, "log")))
+    assert after < before and not [n for n in after if n.startswith(".tmp-")]
+
+
+def test_a_crash_in_the_middle_of_a_purge_leaves_a_log_that_loads(tmp_path: object) -> None:
+    """What a crash while a purged segment shrinks leaves: the oldest segment
+    renamed to a temp name and cut part way. The next load removes it, and
+    the log starts after it, with no gap."""
+    d = str(tmp_path)
+    filled(d, committed=400)
+    s = DiskStorage(d, **SMALL)  # type: ignore[arg-type]
+    s.load()
+    s.write_snapshot(z(1, 300), b"state at 300")  # a purge only follows a snapshot that covers it
+    s.close()
+    oldest = segments(d)[0]
+    half_cut = os.path.join(os.path.dirname(oldest), PURGED_PREFIX + os.path.basename(oldest))
+    os.rename(oldest, half_cut)
+    os.truncate(half_cut, os.path.getsize(half_cut) // 2)
+    s = DiskStorage(d, **SMALL)  # type: ignore[arg-type]
+    st = s.load()
+    try:
+        assert not os.path.exists(half_cut)
+        assert s.log_start > 0 and st.last_committed == z(1, 400)
+        assert s.read_range(s.log_start, z(1, 400)) == run(1, 1, 400, b"p")[s.log_start & 0xFFFF_FFFF :]
     finally:
         s.close()

@@ -52,6 +52,7 @@ from zabd.storage.snapshot import (
     write_snapshot,
 )
 from zabd.storage.txnlog import (
+    PURGE_PAUSE_S,
     REC_HEADER,
     REC_HEADER_SIZE,
     PhysicalLog,
@@ -568,16 +569,17 @@ class DiskStorage:
         self._delete_detached()
         return holder[0] if holder else (0, 0)
 
-    def _delete_detached(self) -> None:
-        """Delete the segments purges took out of the log. Not on the writer
-        thread: unlinking 64 MiB files and syncing the directory there held up
-        every flush behind it (p99.9 +5-10 ms under load). A snapshot install
-        on the writer thread calls this first and so waits for a deletion in
-        progress: a log reset while old segments are half deleted could leave
-        a gap in the segments' numbers for a crash to find."""
+    def _delete_detached(self, pause: float = PURGE_PAUSE_S) -> None:
+        """Delete the segments purges took out of the log, paced (see
+        ``delete_segments``). Not on the writer thread: unlinking 64 MiB files
+        and syncing the directory there held up every flush behind it (p99.9
+        +5-10 ms under load). A snapshot install on the writer thread calls
+        this first, unpaced, and so waits for a deletion in progress: a log
+        reset while old segments are half deleted could leave a gap in the
+        segments' numbers for a crash to find."""
         with self._detach_lock:
             paths, self._detached = self._detached, []
-            delete_segments(paths, self.fsync)
+            delete_segments(paths, self.fsync, pause)
 
     # --------------------------------------------------------------- writer
 
@@ -644,7 +646,7 @@ class DiskStorage:
                 plog.sync()  # history before epochs
                 extra_syncs += write_epochs(self.epoch_path, op[1], self.fsync)
             elif kind == _INSTALL:
-                self._delete_detached()
+                self._delete_detached(pause=0.0)
                 plog.sync()
                 write_snapshot(self.snap_dir, op[1], op[2], received=True, fsync=self.fsync)
                 extra_syncs += 2 if self.fsync else 0

@@ -39,6 +39,7 @@ import os
 import re
 import struct
 import threading
+import time
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -120,13 +121,52 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def delete_segments(paths: list[str], fsync: bool) -> None:
-    """Delete segments ``detach_upto`` took out of a log, oldest first: a
-    crash part way leaves the log's oldest segments, never a gap."""
+PURGED_PREFIX = ".tmp-purged-"  # a segment being deleted: the next load removes what a crash left
+PURGE_STEP = 4 << 20  # bytes a purged segment shrinks by at a time
+PURGE_PAUSE_S = 0.002  # between two steps
+
+
+def delete_segments(paths: list[str], fsync: bool, pause: float = PURGE_PAUSE_S) -> None:
+    """Delete segments ``detach_upto`` took out of a log.
+
+    Each is first renamed to a temp name, oldest first: a crash part way
+    leaves the log's oldest segments, never a gap, and no segment half cut
+    under its own name. Then each shrinks ``PURGE_STEP`` at a time, ``pause``
+    seconds apart, before its unlink. Unlinking a written 64 MiB segment frees
+    all its blocks in one journal transaction, and every fdatasync on the
+    file system waits for it: 19-24 ms for three segments on this VM's ext4,
+    against at most 2.3 ms in 4 MiB steps (and a p99 of ZooKeeper setData
+    through zabd of 21-22 ms with purges, 15 ms without)."""
+    if not paths:
+        return
+    d = os.path.dirname(paths[0])
+    doomed = []
     for path in paths:
-        os.unlink(path)
-    if paths and fsync:
-        fsync_dir(os.path.dirname(paths[0]))
+        tmp = os.path.join(d, PURGED_PREFIX + os.path.basename(path))
+        os.rename(path, tmp)
+        doomed.append(tmp)
+    if fsync:
+        fsync_dir(d)
+    for tmp in doomed:
+        shrink_away(tmp, pause)
+    if fsync:
+        fsync_dir(d)
+
+
+def shrink_away(path: str, pause: float) -> None:
+    """Unlink ``path`` after cutting it down ``PURGE_STEP`` at a time (no
+    pause: at once)."""
+    if pause > 0:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            size = os.fstat(fd).st_size
+            while size > PURGE_STEP:
+                size -= PURGE_STEP
+                os.ftruncate(fd, size)
+                time.sleep(pause)
+        finally:
+            os.close(fd)
+    os.unlink(path)
 
 
 def list_segments(log_dir: str) -> list[tuple[int, str]]:
