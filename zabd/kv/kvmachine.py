@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections import deque
 from collections.abc import Callable
 from typing import cast
 
@@ -42,46 +41,35 @@ KV_MAGIC = b"\xc1kv1"
 SNAP_MAGIC = b"\xc1zkv"
 SNAP_MAGIC_M = b"\xc1zkm"
 RESULTS_KEPT = 65536
-RESULTS_GENERATIONS = 16
 DIGEST_MAX_KEYS = 200_000
 _LEN = struct.Struct("<Q")
 _CHANGE = struct.Struct("<QI")
 
 
 class _Results:
-    """The results of the last 15/16 of RESULTS_KEPT to RESULTS_KEPT txns of
-    one kind, by zxid: RESULTS_GENERATIONS dicts that only grow, the oldest
-    dropped whole when the newest is full. One dict with a delete per insert
-    cost 253 ns an add on every replica, this 125 (both called from Python).
-    The generations are small because a drop frees every result in it at
-    once: two generations of 32,768 held the loop 3.3-4.4 ms about once a
-    second on every replica under load; one of 4,096 takes 0.15-0.3 ms."""
+    """The results of the last RESULTS_KEPT / 2 to RESULTS_KEPT txns of one
+    kind, by zxid: two generations of dicts that only grow, the older dropped
+    whole when the newer is full. One dict with a delete per insert cost
+    253 ns an add on every replica, this 125 (both called from Python)."""
 
     def __init__(self) -> None:
         self._new: dict[int, object] = {}
-        self._gens: deque[dict[int, object]] = deque((self._new,))
+        self._old: dict[int, object] = {}
 
     def add(self, zxid: int, result: object) -> None:
         new = self._new
-        if len(new) >= RESULTS_KEPT // RESULTS_GENERATIONS:
-            new = self._new = {}
-            gens = self._gens
-            gens.append(new)
-            if len(gens) > RESULTS_GENERATIONS:
-                gens.popleft()
-        new[zxid] = result
+        if len(new) >= RESULTS_KEPT // 2:
+            self._old, self._new = new, {zxid: result}
+        else:
+            new[zxid] = result
 
     def get(self, zxid: int) -> object:
-        # an answer looks up a txn just applied: nearly always the newest dict
-        for gen in reversed(self._gens):
-            r = gen.get(zxid)
-            if r is not None:
-                return r
-        return None
+        r = self._new.get(zxid)
+        return self._old.get(zxid) if r is None else r
 
     def clear(self) -> None:
         self._new = {}
-        self._gens = deque((self._new,))
+        self._old = {}
 
 
 class KVMachine:
