@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import cast
 
 from zabd.codec.members import decode_specs, zookeeper_config_text
@@ -85,6 +85,9 @@ class KVMachine:
         self.zk_leader = ZKLeader(self.zk, zk_max_data)
         self.zk_applied: Callable[[int, Applied], None] | None = None
         self.zk_restored: Callable[[], None] | None = None  # the tree was replaced by a snapshot
+        # the sessions whose writes may be answered here (set by the server:
+        # those attached to it); None: every result is kept
+        self.zk_answered: Container[int] | None = None
         self._kv_results = _Results()
         self._zk_results = _Results()
         self.errors = 0
@@ -106,12 +109,13 @@ class KVMachine:
                 self.leader.committed(txn.zxid)
         elif tag == ZK_MAGIC:
             try:
-                applied = self.zk.apply(txn.zxid, p)
+                applied = self.zk.apply(txn.zxid, p, self.zk_answered)
             except ValueError:
                 self.errors += 1
             else:
                 result = applied.result
-                self._zk_results.add(txn.zxid, result)
+                if result is not None:
+                    self._zk_results.add(txn.zxid, result)
                 self.zk_leader.committed(txn.zxid)
                 if self.zk_applied is not None:
                     self.zk_applied(txn.zxid, applied)

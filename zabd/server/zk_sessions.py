@@ -91,6 +91,7 @@ class ZKSessions:
         self.reconfig = ZKReconfig(machine, proposals)
         self._sync_paths: dict[tuple[int, int], str] = {}
         machine.zk_applied, machine.zk_restored = self.applied, self.restored
+        machine.zk_answered = self.attached  # no Stat, no result kept, for other sessions' setData
         proposals.answers[ZK] = self
         proposals.answers[ZK_SYNC] = _SyncAnswers(self)
 
@@ -360,11 +361,10 @@ class ZKSessions:
     def ok(self, reply: LocalReply, zxid: int) -> bytes:
         """The answer to a ZooKeeper write, once applied here."""
         conn = self.conns.get(reply.session)
-        result = self.machine.zk_result(zxid)
-        wire_ = conn.wire if conn is not None else None
-        if wire_ is None:
+        if conn is None:
             return b""
-        assert conn is not None
+        wire_ = conn.wire
+        result = self.machine.zk_result(zxid)
         if result is None:  # not kept here any more: the client cannot be told; it learns by reconnecting
             self._hang_up(conn)
             return b""

@@ -104,6 +104,7 @@ class Pipe:
         self.leader = ZKLeader(self.tree)
         self.zxid = 1 << 32
         self.pending: list[tuple[int, bytes]] = []
+        self.recorded: list[tuple[int, bytes]] = []  # what commit() applied
 
     def propose(self, sid: int, req: Any, auth: tuple[Id, ...] = (), now: int = T0) -> int:
         p = self.leader.prepare(sid, auth, req, now)
@@ -118,6 +119,7 @@ class Pipe:
             zxid, payload = self.pending.pop(0)
             out.append(self.tree.apply(zxid, payload).result)
             self.leader.committed(zxid)
+            self.recorded.append((zxid, payload))
         return out
 
     def write(self, sid: int, req: Any, auth: tuple[Id, ...] = (), now: int = T0) -> Any:
@@ -246,6 +248,49 @@ def test_set_data_stat() -> None:
     # setData to the same bytes is still a change: mzxid and version move
     zk.w(SetData("/n", b"twotwo"), at=T0 + 90)
     assert zk.stat("/n") == expected._replace(mzxid=zk.sa.zxid, mtime=T0 + 90, version=2)
+
+
+def test_set_data_of_a_session_nobody_here_answers_has_no_result() -> None:
+    """A replica skips the Stat of a setData it answers no client for; its
+    tree ends the same, digest included, and a failed write still says why."""
+    pipes = Pipe(), Pipe()
+    for pipe in pipes:
+        pipe.session(7)
+        pipe.session(8)
+        pipe.write(7, Create("/n", b"one"))
+        pipe.propose(7, SetData("/n", b"two"))
+        pipe.propose(8, SetData("/n", b"three"))
+        pipe.propose(7, SetData("/gone", b"x"))  # the leader decides NO_NODE
+    answering, skipping = pipes
+    assert skipping.pending == answering.pending
+    full = answering.commit()
+    part = [skipping.tree.apply(z, p, answered={8}) for z, p in skipping.pending]
+    assert isinstance(full[0], StatResult) and isinstance(full[1], StatResult)
+    assert [a.result for a in part] == [None, full[1], ErrorResult(Code.NO_NODE)]
+    assert [a.triggers for a in part] == [[(EventType.NODE_DATA_CHANGED, "/n")]] * 2 + [[]]
+    assert skipping.tree.stat("/n") == answering.tree.stat("/n") == full[1].stat
+    assert skipping.tree.nodes["/n"].data == answering.tree.nodes["/n"].data == b"three"
+    assert skipping.tree.digest == answering.tree.digest
+
+
+def test_machine_keeps_the_results_of_the_sessions_it_answers() -> None:
+    from zabd.kv.kvmachine import KVMachine
+    from zabd.protocol.messages import Txn
+
+    pipe = Pipe()
+    pipe.session(7)
+    pipe.session(8)
+    pipe.write(7, Create("/n"))
+    m = KVMachine()
+    for z, p in pipe.recorded:
+        m.apply(Txn(z, p))
+    m.zk_answered = {8}
+    z7 = pipe.propose(7, SetData("/n", b"a"))
+    z8 = pipe.propose(8, SetData("/n", b"b"))
+    for z, p in pipe.pending:
+        assert m.apply(Txn(z, p)) is m.zk_result(z)
+    assert m.zk_result(z7) is None
+    assert m.zk_result(z8) == StatResult(m.zk.stat("/n"))
 
 
 def test_set_data_to_empty() -> None:

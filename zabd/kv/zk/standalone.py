@@ -45,6 +45,7 @@ class Standalone:
             self.recorded.append((self.zxid, prepared.payload))
         self.leader.committed(self.zxid)
         self.triggers = applied.triggers
+        assert applied.result is not None  # every session is answered here
         return applied.result
 
     def read(self, session: int, req: Read, auth: Sequence[Id] = ()) -> ReadResult:

@@ -26,7 +26,7 @@ import hashlib
 import io
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from typing import Any, Final, NamedTuple, cast
 
 import msgpack
@@ -205,7 +205,7 @@ class Session(NamedTuple):
 class Applied(NamedTuple):
     kind: int  # the txn's type (zabd.codec.zk_txn.T_*)
     session: int  # the requesting session
-    result: WriteResult
+    result: WriteResult | None  # None: a setData whose session nobody here answers (see ``apply``)
     triggers: list[Trigger]
 
 
@@ -402,15 +402,20 @@ class DataTree:
 
     # ----------------------------------------------------------------- apply
 
-    def apply(self, zxid: int, payload: bytes) -> Applied:
+    def apply(self, zxid: int, payload: bytes, answered: Container[int] | None = None) -> Applied:
         """Apply one committed ZK txn (ValueError if it is malformed: the
-        same on every replica, and nothing changed)."""
+        same on every replica, and nothing changed). ``answered``: the
+        sessions some client of this replica may be answered for; a setData
+        of any other session gets no result (None). Most replicas answer
+        none of a txn's sessions, and a setData's Stat is most of its
+        apply's objects."""
         txn = tx.decode(payload)  # [type, time_ms, session, *fields], indexed: a star unpack copies the list
         kind, time_ms, session = txn[0], txn[1], txn[2]
         triggers: list[Trigger] = []
         try:
             if kind == tx.T_SET_DATA:  # most writes: ahead of the other kinds
-                result: WriteResult = self._set_data(zxid, time_ms, txn[3], _data(txn[4]), int(txn[5]), triggers)
+                result: WriteResult | None = self._set_data(zxid, time_ms, txn[3], _data(txn[4]), int(txn[5]),
+                                                            triggers, answered is None or session in answered)
             elif kind == tx.T_MULTI:
                 result = self._multi(zxid, time_ms, session, txn[3], triggers)
             elif kind == tx.T_CREATE_SESSION:
@@ -433,7 +438,9 @@ class DataTree:
         if kind in (tx.T_DELETE, tx.T_DELETE_CONTAINER):
             return self._delete(zxid, f[0], triggers)
         if kind == tx.T_SET_DATA:
-            return self._set_data(zxid, time_ms, f[0], _data(f[1]), int(f[2]), triggers)
+            result = self._set_data(zxid, time_ms, f[0], _data(f[1]), int(f[2]), triggers, True)
+            assert result is not None
+            return result
         if kind == tx.T_SET_ACL:
             return self._set_acl(f[0], acls_unwire(f[1]), int(f[2]))
         if kind == tx.T_CHECK:
@@ -476,7 +483,7 @@ class DataTree:
         return DeleteResult()
 
     def _set_data(self, zxid: int, time_ms: int, path: str, data: bytes | None, version: int,
-                  triggers: list[Trigger]) -> WriteResult:
+                  triggers: list[Trigger], answer: bool) -> WriteResult | None:
         # the hottest write: one unpack, one pack, the stat from the same fields
         n = self.nodes.get(path)
         if n is None:
@@ -487,6 +494,8 @@ class DataTree:
         new = NullDataZNode(head, n.acl, kids) if data is None else ZNode(head + data, n.acl, kids)
         self._replace_data(path, n, new)
         triggers.append((_DATA_CHANGED, path))
+        if not answer:
+            return None
         count = len(kids) if kids else 0
         if owner < 0 and (owner == CONTAINER_OWNER or ttl_of(owner)):
             owner = 0
