@@ -18,8 +18,8 @@ from zabd.kv.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
+from zabd.protocol.window import txn_zxid
 from zabd.server.client_session import ClientSession
-from zabd.server.proposals import txn_zxid
 from zabd.server.snapshots import Snapshotter
 from zabd.storage.base import PurgedError, Storage
 

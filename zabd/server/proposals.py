@@ -28,8 +28,8 @@ from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import Membership, MembershipError
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.membership import encode as encode_membership
-from zabd.protocol.messages import Txn
 from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
+from zabd.protocol.window import txn_zxid
 from zabd.server.client_session import ClientSession, Slot
 from zabd.server.metrics import Latency
 from zabd.server.payloads import kv_request, zk_prepare
@@ -414,7 +414,3 @@ class ProposalPath:
     @property
     def in_flight(self) -> int:
         return len(self.pending) + len(self.admit) + len(self.forwarded) + len(self.committed_elsewhere)
-
-
-def txn_zxid(txn: Txn) -> int:
-    return txn.zxid
