@@ -4,7 +4,6 @@ nodes, version wrap, determinism, the digest and snapshots."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import msgpack
@@ -795,7 +794,6 @@ def test_apply_is_deterministic() -> None:
             t.apply(zxid, payload)
     assert a.digest == b.digest == zk.tree.digest
     assert a.snapshot() == b.snapshot() == zk.tree.snapshot()
-    assert list(a.digests) == list(zk.tree.digests)
 
 
 def test_digest_changes_with_every_write() -> None:
@@ -832,17 +830,6 @@ def test_digest_is_a_function_of_the_state() -> None:
     assert t.digest == DataTree().digest
 
 
-def test_digests_keep_zxid_digest_pairs() -> None:
-    zk = ZK()
-    pairs = [(zk.tree.applied, zk.tree.digest)]
-    for i in range(5):
-        zk.create(f"/n{i}")
-        pairs.append((zk.tree.applied, zk.tree.digest))
-    assert list(zk.tree.digests) == pairs
-    assert zk.tree.digests[-1] == (zk.sa.zxid, zk.tree.digest)
-    assert all(z1 < z2 for (z1, _), (z2, _) in itertools.pairwise(pairs))
-
-
 def test_restore_gives_the_same_tree() -> None:
     zk = ZK()
     some_history(zk)
@@ -850,7 +837,6 @@ def test_restore_gives_the_same_tree() -> None:
     r = DataTree.restore(snap)
     assert r.digest == zk.tree.digest
     assert r.applied == zk.tree.applied
-    assert r.digests[-1] == (zk.tree.applied, zk.tree.digest)
     assert set(r.nodes) == set(zk.tree.nodes)
     for path, node in zk.tree.nodes.items():
         assert r.stat(path) == node.stat()

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import io
 import struct
-from collections import deque
 from collections.abc import Container, Iterator
 from typing import Any, Final, NamedTuple, cast
 
@@ -55,7 +54,6 @@ from zabd.kv.zk.records import (
 )
 
 MASK64 = (1 << 64) - 1
-DIGESTS_KEPT = 1024  # (zxid, digest) of the last applies, for status and audits
 HASHES_KEPT = 4096  # hashes of recently placed znodes, kept to take them out of the digest again
 # 4: CRC-32C node hashes (3 had CRC-32, 2 BLAKE2b: their digests do not carry over, restore recomputes them)
 _SNAP_FORMAT = 4
@@ -240,7 +238,6 @@ class DataTree:
         self.ttls: set[str] = set()
         self.applied = 0
         self.digest = 0
-        self.digests: deque[tuple[int, int]] = deque(maxlen=DIGESTS_KEPT)
         self._acls: dict[tuple[ACL, ...], tuple[ACL, ...]] = {}
         self._acl_bytes: dict[tuple[ACL, ...], bytes] = {}
         self._hashes: dict[str, tuple[ZNode, int]] = {}
@@ -280,7 +277,6 @@ class DataTree:
         digest rows the audit compares all count it)."""
         self.set_config(data, zxid)
         self.applied = zxid
-        self.digests.append((zxid, self.digest))
 
     # ------------------------------------------------------------ internals
 
@@ -427,7 +423,6 @@ class DataTree:
         except (TypeError, IndexError, KeyError) as exc:
             raise ValueError(f"malformed ZooKeeper txn at {zxid:#x}: {exc}") from exc
         self.applied = zxid
-        self.digests.append((zxid, self.digest))
         return _tnew(Applied, (kind, session, result, triggers))
 
     def _op(self, zxid: int, time_ms: int, session: int, kind: int, f: list[Any],
@@ -634,7 +629,6 @@ class DataTree:
         # the snapshot's rows hold the fixed nodes too: start from nothing
         tree.nodes.clear()
         tree.digest = 0
-        tree.digests.clear()
         tree._acls.clear()
         tree._acl_bytes.clear()
         tree._hashes.clear()
@@ -665,7 +659,6 @@ class DataTree:
             raise ValueError(f"ZooKeeper tree snapshot digest {digest:#x} does not match its content "
                              f"({tree.digest:#x})")
         tree.applied = applied
-        tree.digests.append((applied, tree.digest))
         return tree
 
     def walk(self) -> Iterator[tuple[str, ZNode]]:
