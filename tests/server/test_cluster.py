@@ -12,13 +12,13 @@ import pytest
 
 from tests.loadgen import Load
 from zabd.client import Client, ZabdError
+from zabd.client.client import LogEntry
 from zabd.client.spawn import LocalCluster
-from zabd.protocol.messages import Txn
 
 Factory = Callable[..., LocalCluster]
 
 
-async def read_logs(cluster: LocalCluster, nodes: list[int]) -> dict[int, list[Txn]]:
+async def read_logs(cluster: LocalCluster, nodes: list[int]) -> dict[int, list[LogEntry]]:
     out = {}
     for i in nodes:
         async with await Client.connect(cluster.client_addr(i)) as c:
@@ -26,14 +26,14 @@ async def read_logs(cluster: LocalCluster, nodes: list[int]) -> dict[int, list[T
     return out
 
 
-def assert_same_logs(logs: dict[int, list[Txn]], acked: dict[int, bytes] | None = None) -> None:
+def assert_same_logs(logs: dict[int, list[LogEntry]], acked: dict[int, bytes] | None = None) -> None:
     first = next(iter(logs.values()))
     for i, log in logs.items():
         assert log == first, f"node {i} differs"
     zxids = [t.zxid for t in first]
     assert zxids == sorted(set(zxids))
     if acked:
-        by_zxid = dict(first)
+        by_zxid = {t.zxid: t.payload for t in first}
         missing = {z: p for z, p in acked.items() if by_zxid.get(z) != p}
         assert not missing, f"{len(missing)} acknowledged proposals missing, e.g. {list(missing.items())[:3]}"
 
@@ -166,7 +166,7 @@ async def test_watch_streams_commits(cluster_factory: Factory) -> None:
     await cluster.wait_leader()
     async with await Client.connect(cluster.client_addr(1)) as c:
         first = await c.propose(b"before")
-        seen: list[Txn] = []
+        seen: list[LogEntry] = []
         streaming = asyncio.Event()
 
         async def watch() -> None:

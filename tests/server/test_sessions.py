@@ -11,6 +11,7 @@ from zabd.codec import client as schema
 from zabd.codec import peer as wire
 from zabd.codec.framing import FrameError, FrameReader, frame
 from zabd.kv import KVMachine
+from zabd.kv.kinds import tag_raw
 from zabd.kv.kvmachine import KV_MAGIC
 from zabd.kv.store import BAD_VERSION, encode_err
 from zabd.protocol import zxid as zx
@@ -189,13 +190,14 @@ def test_raw_and_kv_writes_queued_behind_each_other_keep_their_order() -> None:
     path.submit(s, 2, b"p2")  # max_inflight reached: the next ones queue
     path.submit(s, 3, ("put", "k", b"v", 0))
     path.submit(s, 4, b"p3")
-    assert proposed_payloads(node) == [b"p1", b"p2"]
+    assert proposed_payloads(node) == [tag_raw(b"p1"), tag_raw(b"p2")]  # raw, whatever their bytes
     for txn in list(node.history):
         machine.apply(txn)
     Position.applied = node.history[-1].zxid
     path.on_applied(Position.applied)
     payloads = proposed_payloads(node)
-    assert payloads[:2] == [b"p1", b"p2"] and payloads[2].startswith(b"\xc1kv1") and payloads[3] == b"p3"
+    assert payloads[:2] == [tag_raw(b"p1"), tag_raw(b"p2")] and payloads[3] == tag_raw(b"p3")
+    assert payloads[2].startswith(b"\xc1kv1")
     zxids = [t.zxid for t in node.history]
     assert zxids == sorted(zxids)
     Position.applied = 0

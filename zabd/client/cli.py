@@ -278,14 +278,15 @@ def log_main(argv: list[str]) -> int:
         print(f"zabd log: --from {args.from_zxid!r}: expected an integer or epoch:counter", file=sys.stderr)
         return 2
 
-    def show(z: int, payload: bytes) -> None:
+    def show(z: int, payload: bytes, kind: str) -> None:
+        raw = kind == "raw"  # a raw proposal's bytes as proposed, whatever they look like
         if args.json:
-            row: dict[str, Any] = {"zxid": z, "zxid_str": zx.fmt(z)}
-            decoded = txnfmt.txn_json(payload)  # {"kv": ...} or {"zk": ...}: and the raw bytes as hex
-            row |= decoded | {"payload": {"hex": payload.hex()} if decoded else txnfmt.json_bytes(payload)}
+            row: dict[str, Any] = {"zxid": z, "zxid_str": zx.fmt(z), "kind": kind}
+            decoded = {} if raw else txnfmt.txn_json(payload)  # {"kv": ...}, {"zk": ...}: and the bytes as hex
+            row |= decoded | {"payload": txnfmt.json_bytes(payload) if raw else {"hex": payload.hex()}}
             print(json.dumps(row), flush=True)
             return
-        text = txnfmt.txn_text(payload)
+        text = None if raw else txnfmt.txn_text(payload)
         if text is None:
             text = payload.decode("utf-8", "backslashreplace")
         print(f"{zx.fmt(z)}\t{text}", flush=True)
@@ -299,7 +300,7 @@ def log_main(argv: list[str]) -> int:
             if args.follow:
                 n = 0
                 async for txn in client.watch(start):
-                    show(txn.zxid, txn.payload)
+                    show(*txn)
                     n += 1
                     if args.limit and n >= args.limit:
                         break
@@ -309,7 +310,7 @@ def log_main(argv: list[str]) -> int:
             else:
                 txns = await client.read_all(start)
             for txn in txns:
-                show(txn.zxid, txn.payload)
+                show(*txn)
         return 0
 
     return _run("zabd log", go)

@@ -19,14 +19,31 @@ import itertools
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from zabd.codec import client as schema
 from zabd.codec.framing import FrameError, FrameReader, frame, no_delay
-from zabd.protocol.messages import Txn
+from zabd.kv.kinds import RAW, kind_of, raw_body
 from zabd.tls import describe_error
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+
+class LogEntry(NamedTuple):
+    """A committed txn as the log read gives it. ``kind`` says which path of
+    the server made it (``zabd.kv.kinds``: raw, kv, zk or membership), never
+    its bytes; ``payload`` is a raw proposal's bytes as they were proposed,
+    and any other txn as the log holds it (``zabd.kv.txnfmt`` reads those)."""
+
+    zxid: int
+    payload: bytes
+    kind: str
+
+
+def _entry(z: Any, p: Any) -> LogEntry:
+    payload = bytes(p)
+    kind = kind_of(payload)
+    return LogEntry(int(z), raw_body(payload) if kind == RAW else payload, kind)
 
 
 class ZabdError(Exception):
@@ -434,28 +451,31 @@ class Client:
         body = await self._read({"v": 1, "type": "status"})
         return schema.NodeStatus.model_validate(body["status"])
 
-    async def read_page(self, from_zxid: int = 0, limit: int = 1000) -> tuple[list[Txn], int]:
+    async def read_page(self, from_zxid: int = 0, limit: int = 1000) -> tuple[list[LogEntry], int, int]:
         """Up to ``limit`` committed transactions with zxid >= ``from_zxid``
-        (fewer if they would not fit in one frame), and the server's commit
-        point when it answered."""
+        (fewer if they would not fit in one frame, and only those this
+        client's role may see: ZooKeeper txns are the admin's), the server's
+        commit point when it answered, and the zxid the next page starts at."""
         body = await self._read({"v": 1, "type": "read", "from_zxid": from_zxid, "limit": limit})
-        return [Txn(int(z), bytes(p)) for z, p in body["txns"]], int(body["last_committed"])
+        txns = [_entry(z, p) for z, p in body["txns"]]
+        after = int(body.get("next", txns[-1].zxid + 1 if txns else from_zxid))
+        return txns, int(body["last_committed"]), after
 
-    async def read(self, from_zxid: int = 0, limit: int = 1000) -> list[Txn]:
+    async def read(self, from_zxid: int = 0, limit: int = 1000) -> list[LogEntry]:
         return (await self.read_page(from_zxid, limit))[0]
 
-    async def read_all(self, from_zxid: int = 0, page: int = 5000) -> list[Txn]:
-        """Every transaction committed (at this server) from ``from_zxid`` on,
-        page by page."""
-        out: list[Txn] = []
+    async def read_all(self, from_zxid: int = 0, page: int = 5000) -> list[LogEntry]:
+        """Every transaction committed (at this server) from ``from_zxid`` on
+        that this client may see, page by page."""
+        out: list[LogEntry] = []
         while True:
-            txns, committed = await self.read_page(from_zxid, page)
+            txns, committed, after = await self.read_page(from_zxid, page)
             out.extend(txns)
-            if not txns or txns[-1].zxid >= committed:
+            if after <= from_zxid or after > committed:
                 return out
-            from_zxid = txns[-1].zxid + 1
+            from_zxid = after
 
-    async def watch(self, from_zxid: int = 0) -> AsyncIterator[Txn]:
+    async def watch(self, from_zxid: int = 0) -> AsyncIterator[LogEntry]:
         """Committed transactions from ``from_zxid`` on, as they commit, on a
         connection of their own. When the server goes away the watch resumes
         on the next server from the first zxid not yet yielded; it ends with
@@ -484,7 +504,7 @@ class Client:
                         raise item
                     for z, p in _check(item)["txns"]:
                         next_zxid = int(z) + 1
-                        yield Txn(int(z), bytes(p))
+                        yield _entry(z, p)
             finally:
                 if proto.transport is not None:
                     proto.transport.close()

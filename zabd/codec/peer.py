@@ -10,7 +10,7 @@ Tags from 64 up are the driver's frames, which the core never sees:
 | tag | frame | direction | fields |
 | --- | --- | --- | --- |
 | 64 | Hello | dialer -> acceptor, first | wire version, node id[, observers (when configured)] |
-| 65 | Forward | follower -> leader | forward id, write (bytes: raw; [op, key, value, version]: KV; ZKWrite) |
+| 65 | Forward | follower -> leader | forward id, write (raw bytes; [op, key, value, version]; ZKWrite; membership) |
 | 66 | ForwardOk | leader -> follower | forward id, zxid (committed) |
 | 67 | ForwardErr | leader -> follower | forward id, error code, message |
 | 68 | NewLeader part | leader -> follower | epoch, final (0/1), txns (a NewLeader above one frame) |
@@ -49,7 +49,9 @@ from zabd.protocol.messages import (
     Vote,
 )
 
-WIRE_VERSION = 3  # 3: ProposeMany (a node of 2 would drop the link at the first batch)
+# 3: ProposeMany (a node of 2 would drop the link at the first batch); 4: raw txns tagged by the
+# leader, membership changes forwarded as their own kind, session passwords never on the wire
+WIRE_VERSION = 4
 
 TAG_HELLO = 64
 TAG_FORWARD = 65
@@ -68,6 +70,7 @@ TAG_MEMBERS = 77
 TAG_OF: dict[type, int] = {cls: i for i, cls in enumerate(EXTENDED_TYPES)}
 TAG_PROPOSE_MANY = TAG_OF[ProposeMany]
 SYNC_MODES = ("DIFF", "TRUNC", "SNAP")
+_MEMBERSHIP = "membership"  # a forwarded MembershipWrite: [_MEMBERSHIP, payload]
 
 # A KV write on the wire: (op, key, value, version), op in put/cas/delete.
 KVWrite = tuple[str, str, bytes, int]
@@ -85,6 +88,16 @@ class ZKWrite(NamedTuple):
     request: bytes | ZKRequest
 
 
+class MembershipWrite(NamedTuple):
+    """A membership change a follower's client asked for: its own kind of
+    write, never a raw payload that happens to begin like one."""
+
+    payload: bytes  # zabd.protocol.membership.encode
+
+
+Write = bytes | KVWrite | ZKWrite | MembershipWrite  # bytes: a client's raw proposal, opaque
+
+
 class Hello(NamedTuple):
     version: int
     node: int
@@ -96,7 +109,7 @@ class Hello(NamedTuple):
 
 class Forward(NamedTuple):
     fid: int
-    write: bytes | KVWrite | ZKWrite
+    write: Write
 
 
 class ZKTouch(NamedTuple):
@@ -233,8 +246,10 @@ def encode_propose_many(msg: ProposeMany, max_frame: int) -> list[bytes]:
     return [frame((TAG_PROPOSE_MANY, chunk)) for chunk in chunks]
 
 
-def forward_frame(fid: int, write: bytes | KVWrite | ZKWrite) -> bytes:
+def forward_frame(fid: int, write: Write) -> bytes:
     """The Forward frame of ``write`` (a ZooKeeper record encoded on the way)."""
+    if type(write) is MembershipWrite:
+        return frame((TAG_FORWARD, fid, (_MEMBERSHIP, write.payload)))
     if type(write) is ZKWrite:
         req = write.request
         if not isinstance(req, bytes):
@@ -371,12 +386,20 @@ def _hello(b: tuple[Any, ...]) -> Hello | None:
     return Hello(b[1], b[2], observers)
 
 
+def _membership_write(x: Any) -> MembershipWrite | None:
+    if type(x) is tuple and len(x) == 2 and x[0] == _MEMBERSHIP and type(x[1]) is bytes:
+        return MembershipWrite(x[1])
+    return None
+
+
 def _forward(b: tuple[Any, ...]) -> Forward | None:
     if len(b) == 3 and is_u64(b[1]):
         w = b[2]
-        write: bytes | KVWrite | ZKWrite | None = w if type(w) is bytes else _kv_write(w)
+        write: Write | None = w if type(w) is bytes else _kv_write(w)
         if write is None:
             write = _zk_write(w)
+        if write is None:
+            write = _membership_write(w)
         if write is not None:
             return _tnew(Forward, (b[1], write))
     return None

@@ -2,8 +2,8 @@
 does it: ``zabd log`` (a live server, ``zabd.client.cli``) and ``zabd log
 dump DIR`` (``zabd.storage.tools``, handed :func:`txn_text` by the CLI).
 
-Three kinds share the log (``zabd.kv.kvmachine``): KV txns, ZooKeeper txns
-and raw proposals. A ZooKeeper txn is one line, like ZooKeeper's
+Four kinds share the log (``zabd.kv.kinds``): KV txns, ZooKeeper txns,
+membership changes and raw proposals. A ZooKeeper txn is one line, like ZooKeeper's
 ``LogFormatter`` but readable::
 
     zk session 0x1 create /app/lock-0000000003 "me" (ephemeral, parent cversion 4)
@@ -22,10 +22,12 @@ import json
 from typing import Any
 
 from zabd.codec import zk_txn
+from zabd.kv.kinds import MEMBERSHIP, kind_of
 from zabd.kv.kvmachine import KV_MAGIC
 from zabd.kv.store import decode_txn
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.records import CONTAINER_OWNER, ttl_of
+from zabd.protocol.membership import decode as decode_membership
 
 TEXT_SHOWN = 64  # characters of printable data shown in full
 HEX_SHOWN = 16  # bytes of other data shown
@@ -180,8 +182,20 @@ def zk_text(desc: dict[str, Any]) -> str:
 # --------------------------------------------------------------- any payload
 
 
+def membership_text(payload: bytes) -> str | None:
+    """``membership voters 1,2,3; observers -``, None if not a membership change."""
+    if kind_of(payload) != MEMBERSHIP:
+        return None
+    m = decode_membership(payload)
+    return "membership (malformed)" if m is None else f"membership {m.describe()}"
+
+
 def txn_text(payload: bytes) -> str | None:
-    """The decoded line of a KV or ZooKeeper txn, None for a raw proposal."""
+    """The decoded line of a KV, ZooKeeper or membership txn (as the log
+    holds it), None for a raw proposal."""
+    member = membership_text(payload)
+    if member is not None:
+        return member
     op = kv_op(payload)
     if op is not None:
         return kv_text(op)
@@ -195,7 +209,11 @@ def txn_text(payload: bytes) -> str | None:
 
 
 def txn_json(payload: bytes) -> dict[str, Any]:
-    """``{"kv": ...}`` or ``{"zk": ...}`` for a decoded txn, ``{}`` for a raw one."""
+    """``{"kv": ...}``, ``{"zk": ...}`` or ``{"membership": ...}`` for a decoded
+    txn, ``{}`` for a raw one."""
+    member = membership_text(payload)
+    if member is not None:
+        return {"membership": member.removeprefix("membership ")}
     op = kv_op(payload)
     if op is not None:
         return {"kv": op}

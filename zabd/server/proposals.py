@@ -21,10 +21,10 @@ from typing import Final, NamedTuple, Protocol
 from zabd.codec import client as schema
 from zabd.codec import peer as wire
 from zabd.codec.framing import frame
+from zabd.kv.kinds import tag_raw
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.protocol import zxid as zx
-from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import Membership, MembershipError
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.membership import encode as encode_membership
@@ -36,7 +36,9 @@ from zabd.server.payloads import kv_request, zk_prepare
 
 _tnew: Final = tuple.__new__  # not a NamedTuple's own __new__: that one is Python, a frame per call
 
-Write = bytes | wire.KVWrite | wire.ZKWrite  # a raw payload, (op, key, value, version), or a ZooKeeper write
+# a client's raw payload (opaque: the leader tags it raw), (op, key, value, version), a ZooKeeper
+# write, or a membership change
+Write = wire.Write
 
 RAW = 0
 KV = 1
@@ -127,9 +129,7 @@ class ProposalPath:
         """A client write read from ``session``."""
         kind = RAW if type(write) is bytes else ZK if type(write) is wire.ZKWrite else KV
         reply = _tnew(LocalReply, (session, session.open_slot(), rid, kind, monotonic()))
-        if type(write) is bytes and write.startswith(MEMBERSHIP_MAGIC):
-            self._fail(reply, schema.BAD_REQUEST, "raw payloads may not begin like a membership change")
-        elif kind != RAW and self.kv is None:
+        if kind != RAW and self.kv is None:
             self._fail(reply, schema.UNSUPPORTED, "this server runs without a KV state machine")
         elif self.stopping:
             self._fail(reply, schema.SHUTTING_DOWN, "server shutting down")
@@ -149,11 +149,11 @@ class ProposalPath:
     def submit_membership(self, session: ClientSession, rid: int, new: Membership, kind: int = RAW) -> None:
         """A membership change for the leader's core; answered as ``kind`` says once applied here."""
         reply = _tnew(LocalReply, (session, session.open_slot(), rid, kind, monotonic()))
-        payload = encode_membership(new)
+        write = wire.MembershipWrite(encode_membership(new))
         if self.node.role == LEADING:
-            self._at_leader(payload, reply)
+            self._at_leader(write, reply)
         else:
-            self._forward(reply, lambda fid: frame((wire.TAG_FORWARD, fid, payload)))
+            self._forward(reply, lambda fid: wire.forward_frame(fid, write))
 
     def sync(self, session: ClientSession, rid: int, kind: int = SYNC) -> None:
         """Answer once this replica applied the leader's commit point as of
@@ -230,10 +230,10 @@ class ProposalPath:
         """Propose now; False if a KV or ZooKeeper write must wait for the previous epoch."""
         node = self.node
         try:
-            if type(write) is bytes:
-                if write.startswith(MEMBERSHIP_MAGIC):  # from this node's or a peer's membership path only
-                    return self._propose_membership(write, reply)
-                z = node.propose(write, self.links.now())
+            if type(write) is bytes:  # whatever its bytes, it is applied as nothing else
+                z = node.propose(tag_raw(write), self.links.now())
+            elif type(write) is wire.MembershipWrite:
+                return self._propose_membership(write.payload, reply)
             elif type(write) is wire.ZKWrite:
                 assert self.kv is not None
                 if not self._kv_ready():
@@ -242,7 +242,7 @@ class ProposalPath:
                 z = node.propose(prepared.payload, self.links.now())
                 self.kv.zk_leader.proposed(z, prepared)
             else:
-                assert self.kv is not None and not isinstance(write, (bytes, wire.ZKWrite))
+                assert self.kv is not None and not isinstance(write, (bytes, wire.ZKWrite, wire.MembershipWrite))
                 if not self._kv_ready():
                     return False
                 payload = self.kv.leader.prepare(kv_request(write))
@@ -255,7 +255,7 @@ class ProposalPath:
         return True
 
     def _propose_membership(self, payload: bytes, reply: Reply) -> bool:
-        new = decode_membership(payload)  # this node's or a peer's: never a client's raw bytes
+        new = decode_membership(payload)
         try:
             if new is None:
                 raise MembershipError("a malformed membership change")

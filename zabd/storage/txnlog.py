@@ -16,6 +16,12 @@ created complete (header + a preallocated tail that reads as zeros, in a
 temp file, fdatasync, rename, fsync of the directory), so a file under a
 final name always has a valid header.
 
+Version 2 (the one written) stores every payload behind the kind tag the
+server chose (``zabd.kv.kinds``); version 1 stored raw proposals bare. Both
+are read, and records are never appended to a version 1 segment: a log that
+has one goes on in a new segment, so a segment's version says what all of its
+records are.
+
 Records are little-endian. Zxids follow the protocol's history order: strictly
 increasing, counter + 1 within an epoch, counter 1 for the first txn of a new
 epoch. A gap is a hole and is refused on write and on read.
@@ -53,7 +59,8 @@ from zabd.protocol.messages import Txn
 log = logging.getLogger("zabd.storage")
 
 SEG_MAGIC = b"ZABLOG01"
-SEG_VERSION = 1
+SEG_VERSION = 2  # 2: payloads tagged by kind (zabd.kv.kinds)
+SEG_VERSIONS_READ = frozenset({1, 2})
 SEG_HEADER = struct.Struct("<8sIQQI")  # magic, version, seq, base_zxid, crc
 SEG_HEADER_SIZE = SEG_HEADER.size  # 32
 REC_HEADER = struct.Struct("<IIQ")  # crc, length, zxid
@@ -94,8 +101,8 @@ def record_head(zxid: int, payload: bytes) -> bytes:
     return CRC.pack(crc32c.crc32c(payload, crc32c.crc32c(lz))) + lz
 
 
-def encode_segment_header(seq: int, base_zxid: int) -> bytes:
-    head = struct.pack("<8sIQQ", SEG_MAGIC, SEG_VERSION, seq, base_zxid)
+def encode_segment_header(seq: int, base_zxid: int, version: int = SEG_VERSION) -> bytes:
+    head = struct.pack("<8sIQQ", SEG_MAGIC, version, seq, base_zxid)
     return head + CRC.pack(crc32c.crc32c(head))
 
 
@@ -201,6 +208,7 @@ def last_nonzero(buf: memoryview, start: int, end: int) -> int:
 class SegmentHeader(NamedTuple):
     seq: int
     base_zxid: int
+    version: int
 
 
 def parse_segment_header(path: str, buf: memoryview) -> SegmentHeader:
@@ -213,9 +221,10 @@ def parse_segment_header(path: str, buf: memoryview) -> SegmentHeader:
         raise LogCorruption(path, 0, f"bad segment magic {magic!r} (expected {SEG_MAGIC!r})")
     if crc32c.crc32c(buf[: SEG_HEADER_SIZE - 4]) != crc:
         raise LogCorruption(path, 0, "segment header checksum mismatch")
-    if version != SEG_VERSION:
-        raise LogCorruption(path, 0, f"unsupported segment version {version} (expected {SEG_VERSION})")
-    return SegmentHeader(seq, base)
+    if version not in SEG_VERSIONS_READ:
+        raise LogCorruption(path, 0, f"unsupported segment version {version} (expected one of "
+                                     f"{sorted(SEG_VERSIONS_READ)}: a newer zabd wrote it)")
+    return SegmentHeader(seq, base, version)
 
 
 @dataclass(slots=True)
@@ -334,6 +343,7 @@ class Segment:
     base_zxid: int
     end: int  # offset just past the last record
     alloc: int  # file size (preallocated)
+    version: int = SEG_VERSION
     zxids: array[int] = field(default_factory=lambda: array("Q"))
     offsets: array[int] = field(default_factory=lambda: array("Q"))
 
@@ -382,7 +392,7 @@ def recover_log(log_dir: str, *, repair: bool = True, load_txns: bool = True) ->
                     f"segment starts after zxid {zx.fmt(header.base_zxid)} but the previous segment ends at "
                     f"{zx.fmt(prev_zxid)} (missing or stale records)",
                 )
-            seg = Segment(seq, path, header.base_zxid, SEG_HEADER_SIZE, len(data))
+            seg = Segment(seq, path, header.base_zxid, SEG_HEADER_SIZE, len(data), header.version)
             res = scan_segment(
                 path, buf, prev_zxid, newest, seg.zxids, seg.offsets, history if load_txns else None, data
             )
@@ -587,7 +597,8 @@ class PhysicalLog:
         pos = 0
         n = len(zxids)
         while i < n:
-            if not self.segments or self.segments[-1].end >= self.segment_bytes:
+            last = self.segments[-1] if self.segments else None
+            if last is None or last.end >= self.segment_bytes or last.version != SEG_VERSION:
                 self._new_segment(self.last_zxid)
             room = self.segment_bytes - self.segments[-1].end
             j = i
