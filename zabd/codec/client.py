@@ -35,6 +35,7 @@ RETRYABLE = frozenset({NO_LEADER, LEADER_LOST, OVERLOADED, SHUTTING_DOWN})
 # KV results decided by the leader (not retryable as they are: the condition failed)
 BAD_VERSION = "bad_version"  # cas/delete: the key's version differs ("version" holds the current one)
 NO_NODE = "no_node"  # delete: the key does not exist
+MALFORMED = "malformed"  # a committed txn no replica could apply (zabd.kv.store; never from a leader's prepare)
 
 
 class _Request(BaseModel):
@@ -286,7 +287,9 @@ def kv_write_frame(rid: int, zxid: int, code: str | None, version: int) -> bytes
                           "is not known on this server (a snapshot replaced its state); read the key")
         body["zxid"] = zxid
         return frame(body)
-    body = error_body(rid, code, f"condition failed: {code} (version {version})")
+    message = ("committed, but no replica could apply it: nothing changed" if code == MALFORMED
+               else f"condition failed: {code} (version {version})")
+    body = error_body(rid, code, message)
     body["zxid"] = zxid
     body["version"] = version
     return frame(body)

@@ -2,8 +2,14 @@
 
 Committed txns tagged ``KV_MAGIC`` change the KV store, ``ZK_MAGIC`` the
 ZooKeeper tree (``zabd.kv.zk``); any other payload is a raw log entry (a
-client ``propose``) and changes neither. One log, one commit order for all
-three. Recent results are kept for the clients waiting on them, and
+client ``propose``, tagged raw by the server: ``zabd.kv.kinds``) and changes
+neither. One log, one commit order for all three.
+
+Applying never fails: a committed txn the store or the tree cannot apply
+(``MalformedTxn``: refused whole, nothing changed) gets an error result, the
+same on every replica, and is logged once here; a replica that raised instead
+would stop, and stop again at every restart as its log replays the txn.
+Recent results are kept for the clients waiting on them, and
 ``zk_applied`` (set by the server) hears of every applied ZooKeeper txn, to
 fire watches and end sessions.
 
@@ -24,12 +30,15 @@ import zlib
 from collections.abc import Callable, Container
 from typing import cast
 
+import structlog
+
 from zabd.codec.members import decode_specs, zookeeper_config_text
 from zabd.codec.zk_txn import ZK_MAGIC
-from zabd.kv.machine import record_change
-from zabd.kv.store import KVLeader, KVStore, Result
+from zabd.kv.machine import MalformedTxn, record_change
+from zabd.kv.store import MALFORMED, KVLeader, KVStore, Result
+from zabd.kv.zk.errors import Code
 from zabd.kv.zk.prep import DEFAULT_MAX_DATA, ZKLeader
-from zabd.kv.zk.records import WriteResult
+from zabd.kv.zk.records import ErrorResult, WriteResult
 from zabd.kv.zk.tree import Applied, DataTree
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import decode as decode_membership
@@ -44,6 +53,7 @@ RESULTS_KEPT = 65536
 DIGEST_MAX_KEYS = 200_000
 _LEN = struct.Struct("<Q")
 _CHANGE = struct.Struct("<QI")
+_log = structlog.get_logger("zabd.kv")
 
 
 class _Results:
@@ -90,7 +100,8 @@ class KVMachine:
         self.zk_answered: Container[int] | None = None
         self._kv_results = _Results()
         self._zk_results = _Results()
-        self.errors = 0
+        self.errors = 0  # committed txns not applied (malformed, or a fault)
+        self.faults = 0  # of which applying raised something other than MalformedTxn: a bug
         self.membership_changes: list[tuple[int, bytes]] = []
 
     def apply(self, txn: Txn) -> object:
@@ -100,29 +111,47 @@ class KVMachine:
         if tag == KV_MAGIC:
             try:
                 result = self.store.apply(Txn(txn.zxid, p[4:]))
-            except Exception:
-                # Deterministic on every replica (same bytes): a malformed
-                # tagged payload changes nothing anywhere.
-                self.errors += 1
-            else:
-                self._kv_results.add(txn.zxid, result)
-                self.leader.committed(txn.zxid)
+            except MalformedTxn as exc:
+                result = self._refused(txn.zxid, "kv", exc)
+            except Exception as exc:  # a bug, not a txn: still never a replica that cannot start
+                result = self._refused(txn.zxid, "kv", exc, fault=True)
+            self._kv_results.add(txn.zxid, result)
+            self.leader.committed(txn.zxid)
         elif tag == ZK_MAGIC:
             try:
                 applied = self.zk.apply(txn.zxid, p, self.zk_answered)
-            except ValueError:
-                self.errors += 1
+            except MalformedTxn as exc:
+                result = self._refused(txn.zxid, "zk", exc)
+            except Exception as exc:
+                result = self._refused(txn.zxid, "zk", exc, fault=True)
             else:
                 result = applied.result
                 if result is not None:
                     self._zk_results.add(txn.zxid, result)
-                self.zk_leader.committed(txn.zxid)
                 if self.zk_applied is not None:
                     self.zk_applied(txn.zxid, applied)
+            self.zk_leader.committed(txn.zxid)
         elif p.startswith(MEMBERSHIP_MAGIC):
             record_change(self.membership_changes, txn)
             self._config_from(txn.zxid, p)
         self.store.applied = txn.zxid
+        return result
+
+    def _refused(self, zxid: int, kind: str, exc: Exception, fault: bool = False) -> object:
+        """The result of a txn not applied: an error for whoever waits on it."""
+        self.errors += 1
+        if fault:
+            self.faults += 1
+            _log.error("applying a committed txn raised; it is answered with an error and changed nothing "
+                       "it had not changed already", zxid=f"{zxid:#x}", kind=kind,
+                       error=f"{type(exc).__name__}: {exc}")
+        else:
+            _log.warning("a committed txn cannot be applied; every replica answers it with an error",
+                         zxid=f"{zxid:#x}", kind=kind, reason=str(exc))
+        if kind == "kv":
+            return Result(MALFORMED, 0)
+        result = ErrorResult(Code.MARSHALLING_ERROR)
+        self._zk_results.add(zxid, result)
         return result
 
     def _config_from(self, zxid: int, payload: bytes) -> None:

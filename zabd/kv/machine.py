@@ -16,6 +16,11 @@ from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.messages import Txn
 
 
+class MalformedTxn(ValueError):
+    """A committed txn a state machine will not apply: it changed nothing,
+    and every replica refuses it alike (same bytes, same checks)."""
+
+
 class StateMachine(Protocol):
     def apply(self, txn: Txn) -> object:
         """Apply one committed txn (in zxid order); returns the client's result."""

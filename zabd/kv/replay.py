@@ -2,15 +2,16 @@
 
 For ``zabd log verify DIR`` (``zabd.storage.tools``, given :func:`replay_log`
 by the CLI) and the audit's ``tree-digest`` check (``zabd.pipeline``). It
-applies txns exactly as a server does (``KVMachine.apply``) and tells two
-failures apart:
+applies txns exactly as a server does (``KVMachine.apply``, which never
+fails) and tells apart:
 
-* a txn the machine *tolerates*: a malformed KV or ZooKeeper txn that
-  ``KVMachine.apply`` counts in ``errors`` and skips, the same on every
-  replica (odd, never fatal);
-* a txn it does *not*: an exception out of ``KVMachine.apply``, which stops
-  a server's applier (at start-up, recovery). A replay stops there too: the
-  state after it is undefined.
+* a txn the machine *refuses*: a malformed KV or ZooKeeper txn that
+  ``KVMachine.apply`` answers with an error and does not apply, the same on
+  every replica (odd, never fatal);
+* a *fault*: applying raised something else, a bug of the machine's (it is
+  answered with an error too, but may have changed part of the state);
+* an exception out of ``KVMachine.apply`` itself, which would stop a
+  server's applier: a replay stops there, the state after it is undefined.
 
 No import of ``zabd.storage``: the caller reads the files and hands over
 bytes and records (anything with ``zxid``, ``payload``, ``crc_ok``, ``file``).
@@ -79,6 +80,7 @@ class Replay:
         self.last_zxid = 0
         self.tolerated = 0  # malformed txns the machine skipped, as every replica does
         self.first_tolerated = 0
+        self.faults: list[int] = []  # zxids whose apply raised (a bug)
         self.failed: str | None = None  # why the replay stopped (a txn no replica survives)
 
     @property
@@ -90,13 +92,15 @@ class Replay:
         (and the replay is over: later calls do nothing)."""
         if self.failed is not None:
             return self.failed
-        errors = self.machine.errors
+        errors, faults = self.machine.errors, self.machine.faults
         try:
             self.machine.apply(Txn(zxid, payload))
         except Exception as exc:
             self.failed = f"{_name(exc)}: {exc}"
             return self.failed
-        if self.machine.errors != errors:
+        if self.machine.faults != faults:
+            self.faults.append(zxid)
+        elif self.machine.errors != errors:
             self.tolerated += 1
             self.first_tolerated = self.first_tolerated or zxid
         self.applied += 1
@@ -162,6 +166,9 @@ def replay_log(
                 f"{rec.file}: zxid {zx.fmt(rec.zxid)}: {kind} txn fails to apply ({why}); "
                 "a replica's applier stops here"
             )
+    for z in r.faults:
+        problems.append(f"zxid {zx.fmt(z)}: applying raised (a bug in the state machine); it was answered with "
+                        "an error and may have changed part of the state")
     notes.append(
         f"replay: snapshot {zx.fmt(snap_zxid)} + {r.applied} committed txns to {zx.fmt(r.last_zxid or snap_zxid)}"
         + (f", {above} above the commit point not applied" if above else "")

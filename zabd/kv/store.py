@@ -28,11 +28,15 @@ from typing import Any, NamedTuple, cast
 import msgpack
 
 from zabd.codec.framing import pack
+from zabd.kv.machine import MalformedTxn
 from zabd.protocol.messages import Txn
 
 OK = "ok"
 NO_NODE = "no_node"
 BAD_VERSION = "bad_version"
+MALFORMED = "malformed"  # a committed txn no replica applies (zabd.kv.kvmachine): never from a leader's prepare
+_ERR_CODES = frozenset({NO_NODE, BAD_VERSION})
+_U64 = (1 << 64) - 1
 
 _SET = 1
 _DEL = 2
@@ -122,6 +126,10 @@ def prepare(req: Request, version_of: Callable[[str], int]) -> bytes:
     raise TypeError(f"request {req!r} is not a write (Put, Cas or Delete)")
 
 
+def _is_u64(x: Any) -> bool:
+    return type(x) is int and 0 <= x <= _U64
+
+
 class KVStore:
     """The committed state. ``apply`` is deterministic and idempotent."""
 
@@ -140,19 +148,29 @@ class KVStore:
         return Result(OK, entry[1], entry[0])
 
     def apply(self, txn: Txn) -> Result:
-        op = msgpack.unpackb(txn.payload, raw=False)
+        """Apply one committed KV txn; MalformedTxn (nothing changed) if it
+        is not one of the three, with the types each holds."""
+        try:
+            op = msgpack.unpackb(txn.payload, raw=False)
+        except Exception as exc:  # msgpack raises errors of several kinds
+            raise MalformedTxn(f"not a KV txn ({type(exc).__name__}: {exc})") from None
+        if type(op) is not list or not op:
+            raise MalformedTxn("a KV txn is a non-empty array")
         kind = op[0]
-        self.applied = txn.zxid
-        if kind == _SET:
-            key, value, version = op[1], op[2], op[3]
-            self.data[key] = (value, version)
-            return Result(OK, version)
-        if kind == _DEL:
+        n = len(op)
+        if kind == _SET and n == 4 and type(op[1]) is str and type(op[2]) is bytes and _is_u64(op[3]):
+            self.applied = txn.zxid
+            self.data[op[1]] = (op[2], op[3])
+            return Result(OK, op[3])
+        if kind == _DEL and n == 2 and type(op[1]) is str:
+            self.applied = txn.zxid
             self.data.pop(op[1], None)
             return Result(OK, 0)
-        if kind == _ERR:
+        if kind == _ERR and n == 4 and type(op[1]) is str and op[1] in _ERR_CODES and type(op[2]) is str \
+                and _is_u64(op[3]):
+            self.applied = txn.zxid
             return Result(op[1], op[3])
-        raise ValueError(f"txn {txn.zxid:#x}: unknown kv txn type {kind!r}")
+        raise MalformedTxn(f"not a KV txn: {kind!r} with {n - 1} fields of the wrong kinds")
 
     # snapshots: sorted, so equal states encode to equal bytes on every node
     def snapshot_view(self) -> object:

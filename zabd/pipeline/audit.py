@@ -28,8 +28,8 @@ snapshots) are read on the driver. Checks, each a Spark query:
   of (or installed as) a different state. One problem per pair of nodes,
   naming the first zxid where they differ.
 * ``tree-replay``: a node whose tree cannot be rebuilt: its (KV + tree)
-  snapshot does not restore, or a committed txn fails to apply in a way
-  that would stop its server (not a malformed txn every replica skips).
+  snapshot does not restore, or applying a committed txn raised (a bug of
+  the state machine's, not a malformed txn every replica refuses alike).
   A node whose snapshot is not a KV machine's (``state_machine = "none"``)
   has no tree to compare and is left out.
 

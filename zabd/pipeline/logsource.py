@@ -185,7 +185,8 @@ def iter_tree_rows(node: int, data_dir: str, commit: int) -> Iterator[tuple[Any,
     newest snapshot, then its committed records (up to ``commit``) in log
     order. One row for the snapshot's tree (at the last ZooKeeper txn or
     membership change it holds: 0 for none), one after each of those; an error row ends a
-    replay that fails. No rows when the node's snapshot is unreadable (the
+    replay that fails, and stands for a txn whose apply raised (a fault: the
+    replay goes on, as the server does). No rows when the node's snapshot is unreadable (the
     ``snapshot`` check says so) or not a KV machine's (nothing to compare)."""
     from zabd.kv.replay import Replay, SnapshotUnusable, changes_tree
     from zabd.storage.snapshot import list_snapshots, read_snapshot
@@ -218,6 +219,10 @@ def iter_tree_rows(node: int, data_dir: str, commit: int) -> Iterator[tuple[Any,
         if why is not None:
             yield (node, pos, rec.zxid, "", "", len(tree), len(tree.sessions), rec.file, why)
             return
+        if replay.faults and replay.faults[-1] == rec.zxid:
+            yield (node, pos, rec.zxid, "", "", len(tree), len(tree.sessions), rec.file,
+                   "applying raised (a bug in the state machine); answered with an error")
+            continue
         yield (node, pos, rec.zxid, *_digests(tree), len(tree), len(tree.sessions), rec.file, None)
 
 

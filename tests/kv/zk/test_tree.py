@@ -899,10 +899,10 @@ def test_restore_refuses_another_format_number_and_truncation() -> None:
     zk = ZK()
     zk.create("/n", b"x")
     snap = zk.tree.snapshot()
-    # the format number is the second byte (after the array header): 4 -> 5
-    assert snap[1] == 4
+    # the format number is the second byte (after the array header): 5 -> 6
+    assert snap[1] == 5
     with pytest.raises(ValueError, match="format"):
-        DataTree.restore(snap[:1] + b"\x05" + snap[2:])
+        DataTree.restore(snap[:1] + b"\x06" + snap[2:])
     with pytest.raises(ValueError):
         DataTree.restore(snap[:-3])
 

@@ -33,6 +33,7 @@ from crc32c import crc32c
 from mypy_extensions import mypyc_attr
 
 from zabd.codec import zk_txn as tx
+from zabd.kv.machine import MalformedTxn
 from zabd.kv.zk.acl import ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 from zabd.kv.zk.acl import from_wire as acls_unwire
 from zabd.kv.zk.acl import to_wire as acls_wire
@@ -52,11 +53,14 @@ from zabd.kv.zk.records import (
     WriteResult,
     ttl_of,
 )
+from zabd.kv.zk.sessions import stored_digest
+from zabd.kv.zk.txn_check import check
 
 MASK64 = (1 << 64) - 1
 HASHES_KEPT = 4096  # hashes of recently placed znodes, kept to take them out of the digest again
-# 4: CRC-32C node hashes (3 had CRC-32, 2 BLAKE2b: their digests do not carry over, restore recomputes them)
-_SNAP_FORMAT = 4
+# 5: sessions hold their password's digest (4 held the password); 4: CRC-32C node hashes (3 had
+# CRC-32, 2 BLAKE2b: their digests do not carry over, restore recomputes them)
+_SNAP_FORMAT = 5
 _CHILDREN = struct.Struct("<i")
 _SESSION = struct.Struct("<qq")
 
@@ -197,7 +201,7 @@ class NullDataZNode(ZNode):
 
 class Session(NamedTuple):
     timeout_ms: int
-    password: bytes
+    password_digest: bytes  # zabd.kv.zk.sessions.password_digest: the password itself is nowhere here
 
 
 class Applied(NamedTuple):
@@ -391,37 +395,47 @@ class DataTree:
                 if not mine:
                     del self.ephemerals[owner]
 
-    def _session_hash(self, sid: int, s: Session) -> int:
-        h = hashlib.blake2b(_SESSION.pack(sid, s.timeout_ms), digest_size=8, person=b"session")
-        h.update(s.password)
+    @staticmethod
+    def _session_hash(sid: int, timeout_ms: int, secret: bytes) -> int:
+        h = hashlib.blake2b(_SESSION.pack(sid, timeout_ms), digest_size=8, person=b"session")
+        h.update(secret)
         return int.from_bytes(h.digest(), "little")
 
     # ----------------------------------------------------------------- apply
 
     def apply(self, zxid: int, payload: bytes, answered: Container[int] | None = None) -> Applied:
-        """Apply one committed ZK txn (ValueError if it is malformed: the
-        same on every replica, and nothing changed). ``answered``: the
+        """Apply one committed ZK txn (MalformedTxn, a ValueError, if it is
+        not one the tree can apply, ``zabd.kv.zk.txn_check``: the same on
+        every replica, and nothing changed). ``answered``: the
         sessions some client of this replica may be answered for; a setData
         of any other session gets no result (None). Most replicas answer
         none of a txn's sessions, and a setData's Stat is most of its
         apply's objects."""
-        txn = tx.decode(payload)  # [type, time_ms, session, *fields], indexed: a star unpack copies the list
-        kind, time_ms, session = txn[0], txn[1], txn[2]
-        triggers: list[Trigger] = []
         try:
-            if kind == tx.T_SET_DATA:  # most writes: ahead of the other kinds
-                result: WriteResult | None = self._set_data(zxid, time_ms, txn[3], _data(txn[4]), int(txn[5]),
-                                                            triggers, answered is None or session in answered)
-            elif kind == tx.T_MULTI:
+            txn = tx.decode(payload)  # [type, time_ms, session, *fields], indexed: a star unpack copies the list
+        except Exception as exc:  # msgpack's errors are of several kinds; any is a txn not to apply
+            raise MalformedTxn(f"not a ZooKeeper txn ({type(exc).__name__}: {exc})") from None
+        kind, time_ms, session = txn[0], txn[1], txn[2]
+        if kind == tx.T_SET_DATA and len(txn) >= 6:  # most writes: their check inline
+            path, data, version = txn[3], txn[4], txn[5]
+            if not (type(path) is str and (data is None or type(data) is bytes) and type(version) is int
+                    and -0x80000000 <= version <= 0x7FFFFFFF and type(time_ms) is int
+                    and -0x8000000000000000 <= time_ms <= 0x7FFFFFFFFFFFFFFF):
+                check(txn)  # says what is wrong
+            triggers: list[Trigger] = []
+            result: WriteResult | None = self._set_data(zxid, time_ms, path, data, version, triggers,
+                                                        answered is None or session in answered)
+        else:
+            check(txn)
+            triggers = []
+            if kind == tx.T_MULTI:
                 result = self._multi(zxid, time_ms, session, txn[3], triggers)
             elif kind == tx.T_CREATE_SESSION:
-                result = self._create_session(session, int(txn[3]), bytes(txn[4]))
+                result = self._create_session(session, txn[3], txn[4])
             elif kind == tx.T_CLOSE_SESSION:
                 result = self._close_session(zxid, session, txn[3], triggers)
             else:
                 result = self._op(zxid, time_ms, session, kind, txn[3:], triggers)
-        except (TypeError, IndexError, KeyError) as exc:
-            raise ValueError(f"malformed ZooKeeper txn at {zxid:#x}: {exc}") from exc
         self.applied = zxid
         return _tnew(Applied, (kind, session, result, triggers))
 
@@ -465,11 +479,14 @@ class DataTree:
         return CreateResult(path, node.stat())
 
     def _delete(self, zxid: int, path: str, triggers: list[Trigger]) -> WriteResult:
-        if path not in self.nodes or path in SPECIAL_PATHS:
+        node = self.nodes.get(path)
+        if node is None or path in SPECIAL_PATHS:
             return ErrorResult(Code.NO_NODE)
+        if node.children:  # never from a leader's prepare; a tree with an orphan would not restore
+            return ErrorResult(Code.NOT_EMPTY)
         ppath = parent_of(path)
         parent = self.nodes[ppath]
-        node = self._drop(path)
+        self._drop(path)
         _, _, pz, _, _, _, cv, _, _ = parent.header()
         self._relink(ppath, parent, None, path, max(zxid, pz), cv)
         self._unindex(path, node.owner)
@@ -511,21 +528,21 @@ class DataTree:
                triggers: list[Trigger]) -> MultiResult:
         if any(op[0] == tx.T_ERROR for op in ops):
             # decided failed at the leader: nothing is applied, each op reports its code
-            return MultiResult(tuple(ErrorResult(Code(int(op[1]))) for op in ops))
+            return MultiResult(tuple(ErrorResult(Code(op[1])) for op in ops))
         results = []
         for op in ops:
-            r = self._op(zxid, time_ms, session, int(op[0]), op[1:], triggers)
+            r = self._op(zxid, time_ms, session, op[0], op[1:], triggers)
             assert not isinstance(r, (MultiResult, SessionResult))
             results.append(r)
         return MultiResult(tuple(results))
 
-    def _create_session(self, sid: int, timeout_ms: int, password: bytes) -> WriteResult:
+    def _create_session(self, sid: int, timeout_ms: int, secret: bytes) -> WriteResult:
         old = self.sessions.get(sid)
         if old is not None:
-            self.digest = (self.digest - self._session_hash(sid, old)) & MASK64
-        s = Session(timeout_ms, password)
+            self.digest = (self.digest - self._session_hash(sid, *old)) & MASK64
+        s = Session(timeout_ms, stored_digest(secret))
         self.sessions[sid] = s
-        self.digest = (self.digest + self._session_hash(sid, s)) & MASK64
+        self.digest = (self.digest + self._session_hash(sid, *s)) & MASK64
         return SessionResult(sid)
 
     def _close_session(self, zxid: int, sid: int, paths: list[str], triggers: list[Trigger]) -> WriteResult:
@@ -537,7 +554,7 @@ class DataTree:
                 self._delete(zxid, path, triggers)
         old = self.sessions.pop(sid, None)
         if old is not None:
-            self.digest = (self.digest - self._session_hash(sid, old)) & MASK64
+            self.digest = (self.digest - self._session_hash(sid, *old)) & MASK64
         self.ephemerals.pop(sid, None)
         return SessionResult(sid)
 
@@ -611,7 +628,7 @@ class DataTree:
             # a fourth field marks null data (older snapshots have none)
             out.write(packer.pack([path, n.blob, a, 1] if type(n) is NullDataZNode else [path, n.blob, a]))
         out.write(packer.pack([acls_wire(acl) for acl in acl_ids]))
-        out.write(packer.pack([[sid, s.timeout_ms, s.password] for sid, s in sessions.items()]))
+        out.write(packer.pack([[sid, s.timeout_ms, s.password_digest] for sid, s in sessions.items()]))
         out.write(packer.pack(len(nodes)))
         return out.getvalue()
 
@@ -623,7 +640,7 @@ class DataTree:
         """A tree from ``snapshot()`` bytes (ValueError if they are not one,
         or if the digest recomputed does not match the one recorded)."""
         fmt, applied, digest, rows, acls, sessions, count = msgpack.unpackb(data, raw=False, use_list=False)
-        if fmt not in (2, 3, _SNAP_FORMAT) or len(rows) != count:
+        if fmt not in (2, 3, 4, _SNAP_FORMAT) or len(rows) != count:
             raise ValueError(f"ZooKeeper tree snapshot format {fmt} ({len(rows)}/{count} nodes) is not one of mine")
         tree = cls()
         # the snapshot's rows hold the fixed nodes too: start from nothing
@@ -650,14 +667,16 @@ class DataTree:
         total = 0
         for path, node in nodes.items():
             total += tree._hash(path, node)
-        for sid, timeout, pw in sessions:
-            s = tree.sessions[sid] = Session(timeout, pw)
-            total += tree._session_hash(sid, s)
+        recorded = total  # the digest as the snapshot's writer computed it: format 4 hashed passwords
+        for sid, timeout, secret in sessions:
+            s = tree.sessions[sid] = Session(timeout, stored_digest(secret))
+            total += tree._session_hash(sid, *s)
+            recorded += tree._session_hash(sid, timeout, secret)
         tree.digest = total & MASK64
         # formats 2 and 3 recorded a digest of other hashes: nothing to compare it with
-        if fmt == _SNAP_FORMAT and tree.digest != digest:
+        if fmt >= 4 and recorded & MASK64 != digest:
             raise ValueError(f"ZooKeeper tree snapshot digest {digest:#x} does not match its content "
-                             f"({tree.digest:#x})")
+                             f"({recorded & MASK64:#x})")
         tree.applied = applied
         return tree
 
