@@ -83,7 +83,7 @@ def _op(req: Request) -> list[Any]:
     if isinstance(req, Multi):
         return ["multi", [_op(op) for op in req.ops]]
     if isinstance(req, CreateSession):
-        return ["createSession", req.session_id, req.timeout_ms, req.password]
+        return ["createSession", req.session_id, req.timeout_ms, req.password_digest]
     if isinstance(req, CloseSession):
         return ["closeSession"]
     if isinstance(req, DeleteContainer):

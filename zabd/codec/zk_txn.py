@@ -14,7 +14,7 @@
 | 13 | check | path |
 | 14 | multi | ops: ``[type, *fields]`` each, or ``[-1, code]`` each when it failed |
 | 20 | deleteContainer | path |
-| -10 | createSession | timeout ms, password |
+| -10 | createSession | timeout ms, the password's digest (``zabd.kv.zk.sessions``; older logs: the password) |
 | -11 | closeSession | paths of its ephemerals, deleted with it |
 | -1 | error | ZooKeeper's error code |
 
@@ -97,7 +97,7 @@ def _describe_op(kind: int, fields: list[Any]) -> dict[str, Any]:
 
 def describe(payload: bytes) -> dict[str, Any]:
     """A readable form of a ZK txn (``zabd log``, audits), like ZooKeeper's
-    ``LogFormatter``; passwords are never shown."""
+    ``LogFormatter``; session secrets are never shown."""
     kind, time_ms, session, *fields = decode(payload)
     out = {"session": f"0x{session & 0xFFFFFFFFFFFFFFFF:x}", "time": time_ms}
     return out | _describe_op(kind, fields)

@@ -36,12 +36,13 @@ class ZKWire(Protocol):
 class ZKConn:
     """One client connection that speaks ZooKeeper."""
 
-    __slots__ = ("io", "wire", "session", "timeout_ms", "auth", "addr", "closing", "read_only")
+    __slots__ = ("io", "wire", "session", "password", "timeout_ms", "auth", "addr", "closing", "read_only")
 
     def __init__(self, io: ClientSession, wire: ZKWire, addr: str) -> None:
         self.io = io
         self.wire = wire
         self.session = 0  # 0 until the session is created or re-attached
+        self.password = b""  # a session this connection creates: told to its client, never replicated
         self.timeout_ms = 0
         host = addr.rsplit(":", 1)[0].strip("[]")
         self.auth: list[acls.Id] = [acls.Id("ip", host)]

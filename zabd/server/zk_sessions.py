@@ -1,9 +1,10 @@
 """ZooKeeper sessions on this server: connections, requests, watches. Socket-free.
 
 A connection becomes a ZooKeeper connection with ``connect``: a new session
-is proposed (``CreateSession``, its id and password chosen here) and the
-client is answered once it is applied here; an existing one is re-attached
-if the replicated session table holds it with that password, on any server.
+is proposed (``CreateSession``, its id and password chosen here, the password
+told to its client only: the txn carries its digest) and the client is
+answered once it is applied here; an existing one is re-attached if the
+replicated session table holds it with that password's digest, on any server.
 Requests complete in the order sent (the connection's slots): writes take
 the one proposal path and are answered once applied here, with their
 result; reads are answered from this replica after every earlier request of
@@ -57,7 +58,7 @@ from zabd.kv.zk.records import (
     WhoAmIResult,
     Write,
 )
-from zabd.kv.zk.sessions import SessionIds, negotiate_timeout
+from zabd.kv.zk.sessions import SessionIds, negotiate_timeout, password_digest, password_matches
 from zabd.kv.zk.tree import Applied
 from zabd.kv.zk.watches import WatchKind, WatchManager
 from zabd.server.client_session import ClientSession
@@ -124,21 +125,22 @@ class ZKSessions:
                 sid = self.ids.next()
             conn.session = sid
             conn.timeout_ms = negotiate_timeout(timeout_ms, self.tick_ms)
-            create = CreateSession(sid, conn.timeout_ms, os.urandom(16))
+            conn.password = os.urandom(16)
+            create = CreateSession(sid, conn.timeout_ms, password_digest(conn.password))
             self.proposals.submit(io, rid, wire_write(sid, (), create))
             return True
         known = tree.sessions.get(session)
-        if known is None or known.password != password:
+        if known is None or not password_matches(known.password_digest, password):
             io.answer(wire.refused(rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has expired"))
             return False
         self.conns[io] = conn
         self._attach(conn, session, known.timeout_ms)
-        io.answer(wire.connected(rid, session, known.password, known.timeout_ms))
+        io.answer(wire.connected(rid, session, password, known.timeout_ms))
         return True
 
     def _connect_read_only(self, conn: ZKConn, rid: int, session: int, password: bytes, timeout_ms: int) -> bool:
         known = self.machine.zk.sessions.get(session) if session else None
-        if session and (known is None or known.password != password):
+        if session and (known is None or not password_matches(known.password_digest, password)):
             conn.io.answer(conn.wire.refused(rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has "
                                                                         "expired"))
             return False
@@ -146,7 +148,6 @@ class ZKSessions:
         self.conns[conn.io] = conn
         if known is not None:  # a session of the tree, read here until a quorum is back
             self._attach(conn, session, known.timeout_ms)
-            password = known.password
         else:
             password = os.urandom(16)
             self._attach(conn, self.ids.next(), negotiate_timeout(timeout_ms, self.tick_ms))
@@ -373,7 +374,7 @@ class ZKSessions:
             if session is None:
                 return wire_.refused(reply.rid, Code.SESSION_EXPIRED, "the session ended as it was created")
             self._attach(conn, result.session_id, session.timeout_ms)
-            return wire_.connected(reply.rid, result.session_id, session.password, session.timeout_ms)
+            return wire_.connected(reply.rid, result.session_id, conn.password, session.timeout_ms)
         if isinstance(result, SessionResult):  # this connection's close
             self._hang_up(conn)
             return wire_.reply(reply.rid, zxid, Code.OK, OkResult())

@@ -40,7 +40,7 @@ from zabd.kv.zk.records import (
     SetData,
     Write,
 )
-from zabd.kv.zk.sessions import ExpiryTracker, SessionIds, negotiate_timeout
+from zabd.kv.zk.sessions import ExpiryTracker, SessionIds, negotiate_timeout, password_digest
 from zabd.kv.zk.tree import DataTree
 from zabd.protocol.effects import CommitTo, Effect, RoleChanged
 from zabd.protocol.messages import Txn
@@ -78,7 +78,7 @@ class ZKRequests:
             self.alive.append(sid)
             self.auth[sid] = (ALICE,) if rng.random() < 0.3 else ()
             timeout = negotiate_timeout(rng.choice((10, 60, 200, 1000)) * ZK_TICK_MS // 10, ZK_TICK_MS)
-            return sid, CreateSession(sid, timeout, rng.randbytes(16))
+            return sid, CreateSession(sid, timeout, password_digest(rng.randbytes(16)))
         sid = rng.choice(self.alive)
         if roll < 0.15:
             self.alive.remove(sid)

@@ -216,7 +216,7 @@ class ZKLeader:
     def _write(self, t: _Txn, session: int, auth: Sequence[Id], req: Write, in_multi: bool = False) -> list[Any]:
         if isinstance(req, CreateSession):
             t.sessions[req.session_id] = True
-            return [tx.T_CREATE_SESSION, req.timeout_ms, req.password]
+            return [tx.T_CREATE_SESSION, req.timeout_ms, req.password_digest]
         if isinstance(req, DeleteContainer):
             return self._delete_container(t, req.path)
         if not t.session_open(session):

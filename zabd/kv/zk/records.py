@@ -114,7 +114,7 @@ class CreateSession:
 
     session_id: int
     timeout_ms: int
-    password: bytes
+    password_digest: bytes  # zabd.kv.zk.sessions.password_digest: the password stays with its server
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """Sessions: ids, timeouts and the leader's expiry tracker.
 
 A session is created by the server that holds its connection (it picks the
-id and the password and proposes ``CreateSession``) and lives in the
+id and the password, tells the password to its client only, and proposes
+``CreateSession`` with the password's digest) and lives in the
 replicated session table until a ``CloseSession`` txn. The leader expires
 sessions: every server reports which sessions its connections kept alive
 (ZooKeeper's learner "touches"), and the leader proposes ``CloseSession`` for
@@ -12,9 +13,32 @@ does, so a leader change never expires a live client.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import hmac
 
 MASK64 = (1 << 64) - 1
+PASSWORD_DIGEST_SIZE = 32
+
+
+def password_digest(password: bytes) -> bytes:
+    """What the log, the session table and snapshots keep of a session's
+    password: its SHA-256, never the password. The password is 16 random
+    bytes, so a fast hash is enough (nothing to guess from: a password file's
+    slow hash protects passwords people chose), and any server can check a
+    client's password against the replicated table."""
+    return hashlib.sha256(b"zabd session password\0" + password).digest()
+
+
+def password_matches(digest: bytes, password: bytes) -> bool:
+    return hmac.compare_digest(digest, password_digest(password))
+
+
+def stored_digest(secret: bytes) -> bytes:
+    """A createSession txn's or an older snapshot's secret as the table keeps
+    it: logs and snapshots written before passwords left the log hold the
+    16-byte password itself."""
+    return secret if len(secret) == PASSWORD_DIGEST_SIZE else password_digest(secret)
 
 
 def negotiate_timeout(requested_ms: int, tick_ms: int) -> int:

@@ -12,7 +12,7 @@ from zabd.kv.zk.events import Trigger
 from zabd.kv.zk.prep import ZKLeader
 from zabd.kv.zk.reads import serve
 from zabd.kv.zk.records import CloseSession, CreateSession, Read, ReadResult, SessionResult, Write, WriteResult
-from zabd.kv.zk.sessions import SessionIds
+from zabd.kv.zk.sessions import SessionIds, password_digest
 from zabd.kv.zk.tree import DataTree
 
 START_MS = 1_700_000_000_000
@@ -53,7 +53,7 @@ class Standalone:
 
     def session(self, timeout_ms: int = 30_000, password: bytes = b"\0" * 16) -> int:
         sid = self.ids.next()
-        result = self.write(sid, CreateSession(sid, timeout_ms, password))
+        result = self.write(sid, CreateSession(sid, timeout_ms, password_digest(password)))
         assert isinstance(result, SessionResult)
         return sid
 
