@@ -81,10 +81,15 @@ class ZKDriver:
 
     @classmethod
     async def connect(cls, addr: str, timeout_ms: int = 2000, session: int = 0, password: bytes = b"",
-                      last_zxid: int = 0, ping: bool = True) -> ZKDriver:
+                      last_zxid: int = 0, ping: bool = True, token: str | None = None) -> ZKDriver:
         host, port = addr.rsplit(":", 1)
         r, w = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
         d = cls(r, w)
+        if token is not None:  # a server that asks for one: a token first
+            auth = await d._send({"type": "auth", "token": token})
+            if not auth.get("ok"):
+                await d.drop()
+                raise ZKRefused(int(Code.AUTH_FAILED), auth.get("message", ""))
         body = await d._send({"type": "zk_connect", "session": session, "password": password,
                               "timeout": timeout_ms, "last_zxid": last_zxid})
         if not body.get("ok"):

@@ -4,7 +4,8 @@ The :class:`Applier` owns the applied position: the highest zxid delivered to
 the state machine and to clients. Reads are served up to it, in pages that
 fit one frame. :class:`Watches` streams what is applied to the connections
 that asked, page by page, and stops feeding a connection whose socket does
-not drain (its transport paused writing) until it does.
+not drain (its transport paused writing) until it does. Both hand a client
+only the txns its role may see (:func:`visible`).
 """
 
 from __future__ import annotations
@@ -14,16 +15,26 @@ from collections.abc import Callable
 
 from zabd.codec import client as schema
 from zabd.codec.framing import frame
+from zabd.kv.kinds import ZK, kind_of
 from zabd.kv.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
 from zabd.protocol.window import txn_zxid
+from zabd.server.auth import ADMIN
 from zabd.server.client_session import ClientSession
 from zabd.server.snapshots import Snapshotter
 from zabd.storage.base import PurgedError, Storage
 
 WATCH_PAGE = 1000
+
+
+def visible(txns: list[tuple[int, bytes]], role: str | None) -> list[tuple[int, bytes]]:
+    """The txns of a log read that ``role`` may see: ZooKeeper's only to
+    ``admin`` (their data may be a znode's that its ACL keeps from most)."""
+    if role == ADMIN:
+        return txns
+    return [t for t in txns if kind_of(t[1]) != ZK]
 
 
 class Applier:
@@ -193,5 +204,7 @@ class Watches:
             return
         if start:
             txns = txns[start:]
-        session.push(frame({"v": 1, "id": session.watch_id, "ok": True, "txns": txns}))
+        shown = visible(txns, session.role)
+        if shown:
+            session.push(frame({"v": 1, "id": session.watch_id, "ok": True, "txns": shown}))
         session.watch_next = txns[-1][0] + 1

@@ -1,5 +1,17 @@
-"""Who a client is: a token (read-write or read-only) or a verified client
-certificate, checked before anything is served when the server asks for it."""
+"""Who a client is: a token or a verified client certificate, checked before
+anything is served when the server asks for it, and what its role lets it do.
+
+| role | may |
+| --- | --- |
+| ``ro`` | read: status, the log read and watch (raw, KV and membership txns), KV gets, sync |
+| ``rw`` | also write: propose, KV writes; ZooKeeper sessions (their ACLs decide the rest) |
+| ``admin`` | also read ZooKeeper txns in the log and change the membership (``reconfig``) |
+
+ZooKeeper's data is ZooKeeper's to guard: a ZooKeeper txn in the log may
+hold a znode that its ACL lets only some sessions read, so only ``admin``,
+the operator's role (as one with the data directory), reads those. With
+authentication off every client is ``rw``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +20,8 @@ from pathlib import Path
 
 RW = "rw"
 RO = "ro"
+ADMIN = "admin"
+ROLES = (RO, RW, ADMIN)
 
 
 class TokenFileError(ValueError):
@@ -15,7 +29,7 @@ class TokenFileError(ValueError):
 
 
 def load_tokens(path: str) -> dict[str, str]:
-    """``TOKEN rw|ro`` a line; blank lines and ``#`` comments are skipped."""
+    """``TOKEN ro|rw|admin`` a line; blank lines and ``#`` comments are skipped."""
     tokens: dict[str, str] = {}
     for n, line in enumerate(Path(path).read_text().splitlines(), start=1):
         line = line.split("#", 1)[0].strip()
@@ -23,9 +37,10 @@ def load_tokens(path: str) -> dict[str, str]:
             continue
         parts = line.split()
         role = parts[1] if len(parts) == 2 else ""
-        if role not in (RW, RO) or len(parts[0]) < 8:
+        if role not in ROLES or len(parts[0]) < 8:
             raise TokenFileError(
-                f"{path}: line {n}: expected 'TOKEN rw' or 'TOKEN ro' with a token of at least 8 characters"
+                f"{path}: line {n}: expected 'TOKEN ro', 'TOKEN rw' or 'TOKEN admin' with a token of at least "
+                "8 characters"
             )
         tokens[parts[0]] = role
     return tokens

@@ -5,6 +5,11 @@ except ``propose``, whose hot-path check accepts exactly what the schema
 accepts. Writes take the proposal path; reads (``status``, ``read``,
 ``get``) are answered from this replica in their turn, after every earlier
 request of the connection (a read pipelined after a write sees it).
+
+What a client may ask is its role's (``zabd.server.auth``): the log read and
+watch hand ZooKeeper txns to ``admin`` only (a ZooKeeper txn may hold data
+that only some sessions may read, through ZooKeeper's ACLs), and with
+authentication on only ``admin`` changes the membership.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from zabd.codec.zk_msgpack import MsgpackWire, decode_request
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.protocol.node import LEADING
-from zabd.server.applier import Applier, Watches
-from zabd.server.auth import RO, RW, Authenticator
+from zabd.server.applier import Applier, Watches, visible
+from zabd.server.auth import ADMIN, RO, RW, Authenticator
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
 from zabd.server.reconfig import ReconfigError, node_ids, requested
@@ -100,6 +105,9 @@ class ClientService:
             if session.role == RO and not isinstance(req, schema.READ_ONLY_TYPES):
                 session.answer(schema.error_frame(req.id, schema.FORBIDDEN, "this token may only read"))
                 continue
+            if type(req) is schema.ReconfigRequest and self.auth.required and session.role != ADMIN:
+                session.answer(schema.error_frame(req.id, schema.FORBIDDEN, "membership changes need the admin role"))
+                continue
             if session.watching:
                 session.answer(schema.error_frame(req.id, schema.BAD_REQUEST, "this connection is a watch stream"))
                 continue
@@ -163,7 +171,10 @@ class ClientService:
                 txns = self.applier.read(req.from_zxid, req.limit)
             except PurgedError as exc:
                 return schema.error_frame(req.id, schema.PURGED, str(exc))
-            return frame({"v": 1, "id": req.id, "ok": True, "txns": txns, "last_committed": self.applier.applied})
+            # "next": where the following page starts, past what this role may not see
+            after = txns[-1][0] + 1 if txns else req.from_zxid
+            return frame({"v": 1, "id": req.id, "ok": True, "txns": visible(txns, session.role), "next": after,
+                          "last_committed": self.applier.applied})
 
         session.open_slot(answer)
 

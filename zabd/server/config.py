@@ -123,10 +123,15 @@ class ServerConfig(BaseModel):
     tls_peer: bool = False
     tls_client: bool = False
     tls_client_certs: Literal["none", "optional", "required"] = "none"
-    # a file of client tokens, one "TOKEN rw" or "TOKEN ro" a line: when set,
-    # a client must authenticate (a token, or a verified client certificate)
-    # before anything is served; ro tokens may only read
+    # a file of client tokens, one "TOKEN ro|rw|admin" a line: when set, a
+    # client must authenticate (a token, or a verified client certificate)
+    # before anything is served; ro tokens may only read, admin ones also read
+    # ZooKeeper txns in the log and change the membership (zabd.server.auth)
     auth_tokens_file: str = ""
+    # client certificates that name one of these (a subjectAltName DNS entry,
+    # as `zabd certs` writes zabd-client-<j>) get the admin role; any other
+    # verified one is rw (env: 'zabd-client-1,ops')
+    tls_admin_names: list[str] = Field(default_factory=list)
     # a storage flush slower than this is logged as a warning (and counted in /metrics)
     slow_fsync_ms: int = Field(default=1000, ge=1, le=600_000)
     # ZooKeeper's data model (zabd/kv/zk): session timeouts are negotiated
@@ -209,6 +214,9 @@ class ServerConfig(BaseModel):
             # a bad file is a config error now, not a failure after recovery
             if problem := tls_files_problem(self.tls_ca, self.tls_cert, self.tls_key):
                 raise ValueError(problem)
+        if self.tls_admin_names and self.tls_client_certs == "none":
+            raise ValueError(f"field 'tls_admin_names' = {self.tls_admin_names}: needs tls_client_certs = "
+                             "\"optional\" or \"required\" (no certificate is asked for)")
         if self.tls_client_certs != "none" and not (self.tls_client or self.zookeeper_secure):
             raise ValueError(f"field 'tls_client_certs' = {self.tls_client_certs!r}: needs tls_client = true")
         if self.auth_tokens_file and not os.access(self.auth_tokens_file, os.R_OK):
@@ -291,6 +299,8 @@ def _expected(field: str) -> str:
         return "a table of node id -> 'host:port' (env: '1=host:port,2=host:port')"
     if field == "observers":
         return "a list of node ids (env: '4,5')"
+    if ann == list[str]:
+        return "a list of strings (env: comma-separated)"
     if ann is int:
         return "an integer"
     if ann is bool:
@@ -318,6 +328,8 @@ def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
                 if not all(p.isdigit() for p in parts):
                     raise ValueError
                 out[field] = [int(p) for p in parts]
+            elif ann == list[str]:
+                out[field] = [p.strip() for p in raw.split(",") if p.strip()]
             elif ann is int:
                 if not raw.strip().isdigit():
                     raise ValueError

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 from zabd.codec.framing import FrameError
 from zabd.codec.peer import Members
-from zabd.server.auth import RW
+from zabd.server.auth import ADMIN, RW
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig, parse_hostport
 from zabd.server.link import Link
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
 from zabd.server.tls_gate import Refusals, TlsListener
-from zabd.tls import client_context, describe_error, identity_problem, node_name, server_context
+from zabd.tls import cert_names, client_context, describe_error, identity_problem, node_name, server_context
 
 BACKOFF_MIN = 0.02
 # Redials of a peer that is down are cheap (refused at once, or abandoned at
@@ -129,8 +129,11 @@ class ClientLink(Link):
         super().connection_made(transport)
         self.net.clients.add(self)
         # a verified client certificate is an identity; else a token is needed, if the server asks for one
-        has_cert = bool(transport.get_extra_info("peercert"))
-        self.session.role = RW if has_cert or not self.net.auth_required else None
+        cert = transport.get_extra_info("peercert")
+        if cert and cert_names(cert) & self.net.admin_names:
+            self.session.role = ADMIN
+        else:
+            self.session.role = RW if cert or not self.net.auth_required else None
 
     def take_output(self, now: float) -> list[bytes]:
         if self.session.hangup and not self.closed:
@@ -192,6 +195,7 @@ class Transport:
         self.handler = handler
         self.log = log
         self.auth_required = auth_required
+        self.admin_names = frozenset(config.tls_admin_names)
         self.peer_tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None  # (accept, dial)
         self.client_tls: ssl.SSLContext | None = None
         if config.tls_peer:
