@@ -1,5 +1,6 @@
-"""The layout the architecture promises: no import cycles in ``zabd``, a
-server of small modules, no private attribute reached across modules."""
+"""The layout the architecture promises: no import cycles in ``zabd``, no
+private attribute reached across modules, no imports inside functions in the
+server."""
 
 from __future__ import annotations
 
@@ -90,13 +91,11 @@ def test_lower_layers_import_nothing_above_them() -> None:
     assert not bad, bad
 
 
-def test_server_modules_are_small_and_clean() -> None:
+def test_server_modules_are_clean() -> None:
+    # no line cap: a file is as long as its one job needs (DEVELOPERS.md)
     problems = []
     for path in sorted((PKG / "server").glob("*.py")):
         text = path.read_text()
-        lines = text.count("\n")
-        if lines > 420:
-            problems.append(f"{path.name}: {lines} lines")
         if "type: ignore" in text:
             problems.append(f"{path.name}: a type: ignore")
         # a private attribute of another object (not self/cls) reached from here
