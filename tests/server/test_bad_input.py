@@ -84,7 +84,10 @@ async def test_bad_bytes_close_the_connection(cluster: LocalCluster, case: str, 
     await _expect_closed(port, data, half_close)
     log = await wait_log(cluster, 2, expect)
     assert expect in log, log[-2000:]
-    assert '"level": "error"' in log
+    # a peer's bad frame is this cluster's fault; a client's is the client's own, and
+    # logged at most once a while per address (a client can send them on purpose)
+    line = next(line for line in log.splitlines() if expect in line)
+    assert ('"level": "error"' if port_kind == "peer" else '"level": "warning"') in line, line
     await _serves(cluster, 2)
 
 

@@ -27,6 +27,7 @@ from zabd.server.snapshots import Snapshotter
 from zabd.storage.base import PurgedError, Storage
 
 WATCH_PAGE = 1000
+READ_PAGE_BYTES = 4 << 20
 
 
 def visible(txns: list[tuple[int, bytes]], role: str | None) -> list[tuple[int, bytes]]:
@@ -53,6 +54,8 @@ class Applier:
         self.applied = applied
         self.snapshotter = snapshotter
         self.page_bytes = max_frame // 2
+        # a client's page: well under what a connection may have queued (client_max_queued)
+        self.read_bytes = min(self.page_bytes, READ_PAGE_BYTES)
         # The history list only grows until a NewLeader replaces it: keep the
         # applied position's index instead of a bisect per commit.
         self._index = 0
@@ -110,18 +113,18 @@ class Applier:
 
     def read(self, from_zxid: int, limit: int) -> list[tuple[int, bytes]]:
         """Applied txns from ``from_zxid`` on, at most ``limit`` and about
-        ``page_bytes`` (at least one: a payload fits in a frame). Below the
+        ``read_bytes`` (at least one: a payload fits in a frame). Below the
         core's window they come from the log on disk; PurgedError if a
         snapshot covers them and their log was purged."""
         base = self.node.base
         if base and from_zxid <= base and from_zxid <= self.applied:
             upto = min(base, self.applied)
-            page = self.storage.read_range(max(from_zxid - 1, 0), upto, self.page_bytes)
+            page = self.storage.read_range(max(from_zxid - 1, 0), upto, self.read_bytes)
             return [(t.zxid, t.payload) for t in page[:limit]]
         history = self.node.history
         i = bisect_left(history, from_zxid, key=txn_zxid)
         j = min(bisect_right(history, self.applied, key=txn_zxid), i + limit)
-        budget = self.page_bytes
+        budget = self.read_bytes
         out: list[tuple[int, bytes]] = []
         for t in history[i:j]:
             budget -= len(t.payload) + 16

@@ -6,6 +6,13 @@ a :class:`Slot`, answers leave only from the head of the queue. A slot may be
 *deferred*: its answer is computed only when every earlier one has been
 answered (a ``get`` pipelined after a ``put`` sees the put). A watch turns
 the connection into a stream of committed transactions.
+
+A client that does not read its answers is paced: deferred answers are
+computed at most ``ANSWER_BUDGET`` bytes ahead of what the transport took,
+none while its socket buffer is full (``writing_paused``), and while it is
+full the connection's requests are not read either; so what it costs stays
+near the socket's high-water mark however many reads it has queued
+(``zabd.server.limits``).
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ from zabd.codec.framing import FrameReader
 from zabd.server.auth import RW
 
 MAX_OUTSTANDING = 4096  # requests in flight on one connection before reading pauses
+# deferred answers computed ahead of the transport, per connection: a batch of reads
+# is answered across loop iterations, not all at once
+ANSWER_BUDGET = 256 << 10
 
 
 class Slot:
@@ -45,6 +55,9 @@ class ClientSession:
         self.out: list[bytes] = []
         self.closed = False
         self.reading_paused = False
+        self.writing_paused = False  # its socket does not drain: deferred answers wait
+        self.out_bytes = 0  # in ``out`` now
+        self.held = False  # deferred answers wait for the transport to take what is out
         self.watch_id: int | None = None
         self.watch_next = 0  # first zxid the watcher has not been sent
         self.role: str | None = RW  # None until a client proves who it is (zabd.server.auth)
@@ -94,6 +107,9 @@ class ClientSession:
             if head.data is None:
                 if head.resolve is None:
                     break
+                if self.writing_paused or self.out_bytes >= ANSWER_BUDGET:
+                    self.held = True
+                    break
                 head.data = head.resolve()
             if not head.data and self.hangup:
                 # no answer (its connection ended first): nothing after it may
@@ -101,6 +117,7 @@ class ClientSession:
                 slots.clear()
                 break
             out.append(head.data)
+            self.out_bytes += len(head.data)
             slots.popleft()
         if was_empty and out and self.on_output is not None:
             self.on_output()
@@ -110,11 +127,18 @@ class ClientSession:
         return len(self.slots)
 
     def wants_pause(self) -> bool:
-        """Too many requests in flight: stop reading until some are answered."""
-        return not self.reading_paused and len(self.slots) > MAX_OUTSTANDING
+        """Too many requests in flight, or answers not read: stop reading until some are answered."""
+        return not self.reading_paused and (self.writing_paused or len(self.slots) > MAX_OUTSTANDING)
 
     def wants_resume(self) -> bool:
-        return self.reading_paused and len(self.slots) <= MAX_OUTSTANDING // 2
+        return self.reading_paused and not self.writing_paused and len(self.slots) <= MAX_OUTSTANDING // 2
+
+    def drained(self) -> None:
+        """Its socket drains again: compute the answers that waited."""
+        self.writing_paused = False
+        if self.held:
+            self.held = False
+            self._drain()
 
     # ---------------------------------------------------------------- watch
 
@@ -143,6 +167,11 @@ class ClientSession:
         out = self.out
         if out:
             self.out = []
+            self.out_bytes = 0
+        if self.held and not self.writing_paused:
+            # the next answers, for the next write (told by on_output)
+            self.held = False
+            self._drain()
         return out
 
     def close(self) -> None:

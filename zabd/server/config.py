@@ -85,6 +85,19 @@ class ServerConfig(BaseModel):
     # Outbound bytes queued on one peer link before the link counts as broken
     # (a stopped follower must not grow the leader's memory without bound).
     max_link_buffer: int = Field(default=256 * 1024 * 1024, ge=1024)
+    # ZooKeeper's limits on both client ports (zabd.server.limits): connections from one address
+    # on each port (maxClientCnxns; 0: no limit); connections in all (maxCnxns; 0: what the
+    # descriptor limit leaves); the largest request on zabd's port (jute.maxbuffer; ZooKeeper's
+    # port takes zk_max_data); the time to send a frame once begun, or a ConnectRequest once
+    # connected (sessionlessCnxnTimeout); answers queued to one connection that does not read
+    # them, and to all; bytes of frames begun and not finished, all connections together
+    max_client_cnxns: int = Field(default=60, ge=0, le=1_000_000)
+    max_cnxns: int = Field(default=0, ge=0, le=10_000_000)
+    client_max_frame: int = Field(default=1 << 20, ge=1024, le=2**31)
+    client_frame_timeout_ms: int = Field(default=10_000, ge=10, le=3_600_000)
+    client_max_queued: int = Field(default=32 << 20, ge=1 << 16, le=2**40)
+    client_max_queued_total: int = Field(default=256 << 20, ge=1 << 16, le=2**42)
+    client_max_buffered_total: int = Field(default=256 << 20, ge=1 << 16, le=2**42)
     # Proposals the leader keeps uncommitted at once; more wait in a queue in
     # front of the core (the core's commit step scans its pending acks).
     max_inflight: int = Field(default=256, ge=1, le=1_000_000)

@@ -23,6 +23,7 @@ class Link(asyncio.Protocol):
         self.addr = "?"
         self.closed = False
         self.tls = False
+        self.max_queued = 1 << 62  # bytes written and not sent beyond which the link is closed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it
@@ -30,6 +31,14 @@ class Link(asyncio.Protocol):
         no_delay(transport)
         self.addr = _peername(transport)
         self.tls = transport.get_extra_info("ssl_object") is not None
+
+    def forget(self) -> None:
+        """Drop the references that make a closed link a cycle (its session's
+        output callback names it; its transport and it name each other). The
+        server freezes what survives a collection (``status.freeze_survivors``)
+        and frozen cycles are never collected: a link is freed by reference
+        counting alone, with its buffers, or never."""
+        self.transport = None
 
     def abort(self) -> None:
         if not self.closed:

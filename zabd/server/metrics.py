@@ -126,6 +126,21 @@ class ReplicaCollector(Collector):
         }
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=float(value))
+        limits = st["client_limits"]
+        refused = CounterMetricFamily("zabd_client_refused", "client connections refused, by the limit they hit",
+                                      labels=["reason"])
+        for reason, n in sorted(limits["refused"].items()):
+            refused.add_metric([reason], n)
+        yield refused
+        cut = CounterMetricFamily("zabd_client_cut", "client connections closed by a limit, by the limit",
+                                  labels=["reason"])
+        for reason, n in sorted(limits["cut"].items()):
+            cut.add_metric([reason], n)
+        yield cut
+        yield GaugeMetricFamily("zabd_client_queued_bytes", "answers queued to clients that do not read them",
+                                value=limits["queued_bytes"])
+        yield GaugeMetricFamily("zabd_client_buffered_bytes", "bytes of client frames begun and not finished",
+                                value=limits["buffered_bytes"])
         yield CounterMetricFamily("zabd_elections", "elections this node took part in", value=c.elections)
         yield CounterMetricFamily("zabd_slow_fsyncs", "flushes slower than slow_fsync_ms", value=c.slow_fsyncs)
         snaps = st.get("snapshots") or {}

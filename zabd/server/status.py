@@ -192,6 +192,12 @@ class StatusReport:
             "zookeeper_port": self.config.zookeeper or None,  # host:port of ZooKeeper's client port, if on
             "fsync": self.config.fsync,
             "client_connections": len(self.transport.clients),
+            # zabd.server.limits: connections refused and cut by reason, bytes held for clients now
+            "client_limits": {
+                "refused": dict(self.transport.guard.refused), "cut": dict(self.transport.guard.cut),
+                "queued_bytes": sum(c.queued() for c in self.transport.unread),
+                "buffered_bytes": sum(c.mid_frame for c in self.transport.partial),
+            },
             "watches": len(self.watches.sessions),
             "outstanding": self.proposals.in_flight,
             "followers_synced": len(node.leader_acks) - 1 if node.role == LEADING and node.synced else 0,

@@ -7,6 +7,8 @@ iteration is written once per link at its end (``flush``), with
 ``writelines``. The lower id of each pair dials; a dial gives up after
 ``peer_connect_timeout_ms`` and is retried with a short backoff. A peer link
 is pinged when idle and closed when silent (``PeerSession.keepalive``).
+Client connections are admitted, paced and cut as ``zabd.server.limits``
+decides.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from zabd.codec.peer import Members
 from zabd.server.auth import ADMIN, RW
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig, parse_hostport
+from zabd.server.limits import ClientGuard, ClientLimits, total_connections
 from zabd.server.link import Link
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
 from zabd.server.tls_gate import Refusals, TlsListener
@@ -57,10 +60,18 @@ def _same(link: PeerLink) -> PeerLink:
     return link
 
 
+def _preadmitted(make: Callable[[], asyncio.Protocol]) -> asyncio.Protocol:
+    link = make()
+    assert isinstance(link, ClientLink)
+    link.preadmitted = True
+    return link
+
+
 class PeerLink(Link):
     def __init__(self, net: Transport, peer: int | None) -> None:
         super().__init__()
         self.net = net
+        self.max_queued = net.config.max_link_buffer
         cfg = net.config
         self.session = PeerSession(
             cfg.id, frozenset(net.addresses), peer, cfg.max_frame, time.monotonic(), net.hello_observers, net.addresses
@@ -116,17 +127,38 @@ class PeerLink(Link):
         if not self.lost.done():
             self.lost.set_result(None)
         self.net.detach(self)
+        self.forget()
+
+    def forget(self) -> None:
+        super().forget()
+        self.session.on_output = None
 
 
 class ClientLink(Link):
+    PORT = "client"  # the port, as the limits count connections by address on each
+
     def __init__(self, net: Transport) -> None:
         super().__init__()
         self.net = net
-        self.session = ClientSession(net.config.max_frame)
+        self.session = ClientSession(net.config.client_max_frame)
         self.session.on_output = lambda: net.mark(self)
+        self.max_queued = net.config.client_max_queued
+        self.host = "?"
+        self.admitted = False  # counted by the transport's guard (released when it closes)
+        self.preadmitted = False  # counted before its TLS handshake (tls_gate)
+        self.frame_since: float | None = None  # when the frame being read began
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.host = self.addr.rpartition(":")[0].strip("[]")
+        if not self.preadmitted:
+            refused = self.net.guard.admit(self.PORT, self.host)
+            if refused is not None:
+                self.net.refusals.refused(f"{self.PORT} connection refused: too many connections", self.addr, refused,
+                                          limit=self.net.limit_of(refused))
+                self.abort()
+                return
+        self.admitted = True
         self.net.clients.add(self)
         # a verified client certificate is an identity; else a token is needed, if the server asks for one
         cert = transport.get_extra_info("peercert")
@@ -134,6 +166,24 @@ class ClientLink(Link):
             self.session.role = ADMIN
         else:
             self.session.role = RW if cert or not self.net.auth_required else None
+
+    @property
+    def mid_frame(self) -> int:
+        return self.session.mid_frame
+
+    def queued(self) -> int:
+        return self.buffered()
+
+    def framing(self, completed: bool) -> None:
+        """After a read: a frame begun and not finished starts (or, after one
+        finished, restarts) its deadline."""
+        if not self.session.mid_frame:
+            if self.frame_since is not None:
+                self.frame_since = None
+                self.net.partial.discard(self)
+        elif completed or self.frame_since is None:
+            self.frame_since = time.monotonic()
+            self.net.partial.add(self)
 
     def take_output(self, now: float) -> list[bytes]:
         if self.session.hangup and not self.closed:
@@ -147,12 +197,17 @@ class ClientLink(Link):
         try:
             bodies = self.session.feed(data)
         except FrameError as exc:
-            self.net.log.error("client frame rejected; closing the connection", addr=self.addr, error=str(exc))
+            self.net.refusals.refused("client frame rejected; closing the connection", self.addr, str(exc))
             self.abort()
             return
+        self.framing(bool(bodies))
         if bodies:
             self.net.handler.client_requests(self, bodies)
         self.pace()
+
+    def forget(self) -> None:
+        super().forget()
+        self.session.on_output = None
 
     def pace(self) -> None:
         """Stop reading while too many requests are in flight, and go on."""
@@ -167,9 +222,16 @@ class ClientLink(Link):
             self.transport.resume_reading()
 
     def pause_writing(self) -> None:
+        # it does not read its answers: read none of its requests, compute no more answers
+        self.session.writing_paused = True
+        self.net.unread.add(self)
+        self.pace()
         self.net.handler.client_stalled(self, True)
 
     def resume_writing(self) -> None:
+        self.net.unread.discard(self)
+        self.session.drained()
+        self.pace()
         self.net.handler.client_stalled(self, False)
 
     def close_after_output(self) -> None:
@@ -181,11 +243,18 @@ class ClientLink(Link):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.session.mid_frame and not self.closed:
-            self.net.log.error("client connection closed mid-frame (truncated frame)", addr=self.addr,
-                               buffered=self.session.mid_frame)
+            self.net.refusals.refused("client connection closed mid-frame (truncated frame)", self.addr,
+                                      "truncated", buffered=self.session.mid_frame)
         self.closed = True
         self.session.close()
+        self.forget()
+        if not self.admitted:
+            return
+        self.admitted = False
+        self.net.guard.release(self.PORT, self.host)
         self.net.clients.discard(self)
+        self.net.partial.discard(self)
+        self.net.unread.discard(self)
         self.net.handler.client_closed(self)
 
 
@@ -214,6 +283,11 @@ class Transport:
         self.learned: dict[int, str] = {}
         self.peers: dict[int, PeerLink] = {}
         self.clients: set[ClientLink] = set()
+        self.guard = ClientGuard(ClientLimits(
+            config.max_client_cnxns, total_connections(config.max_cnxns), config.client_frame_timeout_ms / 1000.0,
+            config.client_max_queued, config.client_max_queued_total, config.client_max_buffered_total))
+        self.partial: set[ClientLink] = set()  # client links in the middle of a frame
+        self.unread: set[ClientLink] = set()  # client links whose socket buffer is full
         self.dirty: list[Link] = []
         self.servers: list[asyncio.AbstractServer | TlsListener] = []
         # (factory, host, port, TLS context, kind) of other client protocols (ZooKeeper's)
@@ -236,10 +310,16 @@ class Transport:
         for factory, h, p, ctx, kind in ports:
             if ctx is None:
                 self.servers.append(await loop.create_server(factory, h, p, reuse_address=True))
-            else:
+                continue
+            counted = {"client": ClientLink.PORT, "zookeeper": "zookeeper", "zookeeper-secure": "zookeeper"}.get(kind)
+            if counted is None:
                 listener = TlsListener(ctx, factory, kind, self.refusals)
-                self.servers.append(listener)
-                await listener.start(h, p)
+            else:  # counted before the handshake: the link it makes is, already
+                listener = TlsListener(ctx, functools.partial(_preadmitted, factory), kind, self.refusals,
+                                       functools.partial(self.guard.admit, counted),
+                                       functools.partial(self.guard.release, counted))
+            self.servers.append(listener)
+            await listener.start(h, p)
         for peer in sorted(self.addresses):
             self._dial_later(peer)
 
@@ -348,7 +428,27 @@ class Transport:
         link.session.push_all(frames)
         return True
 
+    def limit_of(self, reason: str) -> int:
+        lim = self.guard.limits
+        return {"per_address": lim.per_address, "total": lim.total}.get(reason, 0)
+
+    def police(self) -> None:
+        """Cut the client connections the limits say must go (zabd.server.limits)."""
+        now = time.monotonic()
+        if self.partial:
+            for conn, reason in self.guard.stalled(self.partial, now):
+                self._cut(conn, reason, buffered=conn.mid_frame)
+        if self.unread:
+            for conn, reason in self.guard.overfull(self.unread):
+                self._cut(conn, reason, queued=conn.queued())
+
+    def _cut(self, conn: object, reason: str, **fields: int) -> None:
+        assert isinstance(conn, ClientLink)
+        self.refusals.refused(f"{conn.PORT} connection closed: over a limit", conn.addr, reason, **fields)
+        conn.abort()
+
     def keepalive(self) -> None:
+        self.police()
         now = time.monotonic()
         for link in list(self.peers.values()):
             if not link.closed and not link.session.keepalive(now, self._ping_s, self._silence_s):
@@ -370,13 +470,14 @@ class Transport:
             return
         self.dirty = []
         now = time.monotonic()
-        limit = self.config.max_link_buffer
         for link in dirty:
             link.write(link.take_output(now))
-            if link.buffered() > limit:
+            if link.buffered() > link.max_queued:
                 # a stopped reader must not grow this node's memory without bound
-                self.log.warning("connection write buffer over the limit; closing it", addr=link.addr,
-                                 buffered=link.buffered())
+                self.refusals.refused("connection write buffer over the limit; closing it", link.addr, "queued",
+                                      buffered=link.buffered(), limit=link.max_queued)
+                if isinstance(link, ClientLink):
+                    self.guard.cut["queued"] += 1
                 link.abort()
 
     async def close(self) -> None:

@@ -255,6 +255,8 @@ class ZKClientLink(ClientLink):
     """A connection to ZooKeeper's client port: jute frames, or a four-letter
     word in place of the first frame's length."""
 
+    PORT = "zookeeper"
+
     def __init__(self, net: Transport, port: ZKPort) -> None:
         super().__init__(net)
         self.port = port
@@ -266,6 +268,11 @@ class ZKClientLink(ClientLink):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        if self.closed:  # refused: over a connection limit
+            return
+        # as ZooKeeper's sessionless connections: a ConnectRequest within the frame deadline
+        self.frame_since = time.monotonic()
+        self.net.partial.add(self)
         self.stats = self.port.opened(self.session, self.addr)
         if self.session.role is None:
             # tokens cannot travel in ZooKeeper's protocol: where the server
@@ -291,9 +298,10 @@ class ZKClientLink(ClientLink):
         try:
             bodies = self.session.feed(data)
         except jute.JuteError as exc:
-            self.net.log.error("ZooKeeper frame rejected; closing the connection", addr=self.addr, error=str(exc))
+            self.net.refusals.refused("ZooKeeper frame rejected; closing the connection", self.addr, str(exc))
             self.abort()
             return
+        self.framing(bool(bodies))
         if bodies:
             self.stats.arrived = time.monotonic()  # one clock read per batch of frames: their latencies start here
             if not self.port.handle(self.session, bodies, self.addr):
