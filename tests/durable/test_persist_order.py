@@ -15,6 +15,7 @@ import pytest
 from tests.durable.crashload import read_history
 from zabd.client import Client
 from zabd.client.spawn import LocalCluster
+from zabd.kv.kinds import raw_body
 from zabd.server.outbound import CRASH_ENV
 from zabd.storage.epochs import read_epochs
 from zabd.storage.txnlog import iter_records
@@ -23,7 +24,8 @@ Factory = Callable[..., LocalCluster]
 
 
 def _on_disk(cluster: LocalCluster, i: int) -> dict[int, bytes]:
-    return {r.zxid: r.payload for r in iter_records(str(cluster.base / f"data{i}")) if r.crc_ok}
+    """Raw proposals on the node's disk, as proposed (the log holds them tagged raw)."""
+    return {r.zxid: raw_body(r.payload) for r in iter_records(str(cluster.base / f"data{i}")) if r.crc_ok}
 
 
 async def test_every_node_crashes_right_after_acking_new_leader(

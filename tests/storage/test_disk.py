@@ -220,3 +220,40 @@ async def test_segments_after_the_first_come_from_a_spare_made_in_the_background
         f.write(b"\0" * 100)
     st = reopen(d, **kw)
     assert st.history == txns and not os.path.exists(spare)
+
+
+def _v1_log(d: str, txns: list[Txn]) -> str:
+    """A log as zabd wrote it before payloads were tagged by kind: one segment of version 1."""
+    from zabd.storage.txnlog import encode_record, encode_segment_header
+
+    os.makedirs(os.path.join(d, "log"))
+    path = os.path.join(d, "log", "00000001.log")
+    with open(path, "wb") as f:
+        f.write(encode_segment_header(1, 0, version=1))
+        f.write(b"".join(encode_record(t.zxid, t.payload) for t in txns))
+        f.write(bytes(4096))
+    return path
+
+
+async def test_a_version_1_log_is_read_and_goes_on_in_a_version_2_segment(tmp_path: object) -> None:
+    from zabd.kv.kinds import RAW, ZK, kind_of, raw_body, tag_raw
+    from zabd.storage.txnlog import SEG_HEADER, SEG_VERSION
+
+    d = str(tmp_path)
+    bare = Txn(z(1, 1), b"a raw proposal, stored bare")
+    zk = Txn(z(1, 2), b"\xc1zk1" + b"\x93\x05\x00\x00")  # a ZooKeeper txn: tagged then as now
+    old = _v1_log(d, [bare, zk])
+    s = DiskStorage(d)
+    st = s.load()
+    assert st.history == [bare, zk]
+    assert [kind_of(t.payload) for t in st.history] == [RAW, ZK] and raw_body(bare.payload) == bare.payload
+    s.append(Txn(z(1, 3), tag_raw(b"new")))
+    await s.flush()
+    s.close()
+    # the old segment is left as it was; what follows is in a segment of the version written now
+    segs = segments(d)
+    assert segs[0] == old and len(segs) == 2
+    for path, version in zip(segs, (1, SEG_VERSION), strict=True):
+        with open(path, "rb") as f:
+            assert SEG_HEADER.unpack(f.read(SEG_HEADER.size))[1] == version
+    assert reopen(d).history == [bare, zk, Txn(z(1, 3), tag_raw(b"new"))]

@@ -50,6 +50,7 @@ from zabd.kv.zk.records import (
     StatResult,
     ttl_of,
 )
+from zabd.kv.zk.sessions import password_digest, password_matches
 from zabd.kv.zk.standalone import Standalone
 from zabd.kv.zk.tree import DataTree
 
@@ -963,3 +964,25 @@ def test_reads_see_the_applied_tree() -> None:
     r = zk.sa.read(zk.sid, GetChildren("/n", with_stat=True))
     assert r.stat == zk.stat("/n") and r.children == []  # type: ignore[union-attr]
     assert zk.sa.read(zk.sid, GetChildren("/n")).stat is None  # type: ignore[union-attr]
+
+
+def test_a_snapshot_of_format_4_holds_passwords_and_restores_with_their_digests() -> None:
+    """Format 4 (before passwords left the log) kept each session's password
+    and a digest over it: it restores, checked against that digest, and the
+    table holds the password's digest, as a replay of the same txns gives."""
+    password = bytes(range(16))
+    legacy = tx.encode(tx.T_CREATE_SESSION, 1, 77, 30_000, password)  # an old log's txn: the password itself
+    replayed = DataTree()
+    replayed.apply(1, legacy)
+    assert replayed.sessions[77].password_digest == password_digest(password)
+    fmt, applied, _, rows, acls, sessions, count = msgpack.unpackb(replayed.snapshot(), raw=False)
+    assert fmt == 5 and sessions == [[77, 30_000, password_digest(password)]]
+    nodes = sum(replayed._node_hash(p, n) for p, n in replayed.nodes.items())
+    old_digest = (nodes + DataTree._session_hash(77, 30_000, password)) & ((1 << 64) - 1)
+    old = msgpack.packb([4, applied, old_digest, rows, acls, [[77, 30_000, password]], count])
+    restored = DataTree.restore(old)
+    assert restored.digest == replayed.digest
+    assert password_matches(restored.sessions[77].password_digest, password)
+    assert not password_matches(restored.sessions[77].password_digest, bytes(16))
+    with pytest.raises(ValueError, match="digest"):  # still checked: a format 4 snapshot with a wrong digest
+        DataTree.restore(msgpack.packb([4, applied, old_digest ^ 1, rows, acls, [[77, 30_000, password]], count]))
