@@ -43,6 +43,8 @@ MODULES = (
     "zabd.codec.zk_txn",
     "zabd.codec.zk_msgpack",
     "zabd.kv.zk.tree",
+    "zabd.kv.zk.txn_check",
+    "zabd.kv.kinds",
     "zabd.kv.zk.prep",
     "zabd.kv.zk.acl",
     "zabd.kv.zk.paths",
