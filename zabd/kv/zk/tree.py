@@ -260,9 +260,12 @@ class DataTree:
         and so does this: every replica is configured alike, so their trees
         (and digests) agree. Stat as ZooKeeper's for a static ensemble
         (version -1, aversion -1), but with mtime 0 instead of the start time.
-        A membership change sets it through the log (``zxid``: the change's)."""
+        A membership change sets it through the log (``zxid``: the change's).
+        Its children stay (a superuser may create some): a node that lost
+        them would leave them orphans, and the tree's snapshot unrestorable."""
         path = "/zookeeper/config"
-        self._put(path, ZNode.make(data, self.nodes[path].acl, 0, zxid, 0, 0, 0, -1, 0, -1, 0, None))
+        old = self.nodes[path]
+        self._put(path, ZNode.make(data, old.acl, 0, zxid, 0, 0, 0, -1, 0, -1, 0, old.children))
 
     def replicated_digest(self) -> int:
         """The digest without ``/zookeeper/config``'s share: a server sets that
