@@ -82,7 +82,8 @@ class Replicas:
 def test_membership_change_keeps_the_children_of_zookeeper_config() -> None:
     """A superuser may create under /zookeeper/config; a membership change
     then replaced the node without its children: an orphan, a snapshot
-    whose digest did not match on restore (seed 1, index 4000)."""
+    whose digest did not match on restore. Found by the apply fuzzer (seed
+    1, index 308: a membership change after a create of /zookeeper/config/..a)."""
     r = Replicas()
     assert r.zk(tx.T_CREATE, "/zookeeper/config/n0", b"", OPEN, 0, 1).path == "/zookeeper/config/n0"
     r.apply(encode_membership(Membership(frozenset({1, 2}), frozenset({3}), b"1=h1:2888,2=h2:2888,3=h3:2888")))
@@ -91,4 +92,25 @@ def test_membership_change_keeps_the_children_of_zookeeper_config() -> None:
     r.restart()
     assert r.zk(tx.T_DELETE, "/zookeeper/config/n0") == DeleteResult()
     assert r.m.zk.children_of("/zookeeper/config") == []
+    r.restart()
+
+
+def test_close_session_keeps_indexed_the_ephemerals_it_cannot_delete() -> None:
+    """A child under an ephemeral (no leader makes one) keeps the ephemeral
+    from being deleted when its session closes. closeSession then dropped
+    the session's whole ephemerals index, though the node stayed; a restore
+    indexes it again, so a restarted replica deleted it at the next close of
+    that session and the others did not: diverged. Found by the apply
+    fuzzer (seed 1, index 597: a closeSession of /zookeeper/z, an ephemeral
+    an odd txn had given a child)."""
+    r = Replicas()
+    r.zk(tx.T_CREATE_SESSION, 30_000, b"p" * 16, session=7)
+    r.zk(tx.T_CREATE, "/e", b"", OPEN, 7, 1, session=7)
+    r.zk(tx.T_CREATE, "/e/c", b"", OPEN, 0, 1, session=7)
+    r.zk(tx.T_CLOSE_SESSION, ["/e"], session=7)
+    assert "/e" in r.m.zk.nodes and r.m.zk.ephemerals == {7: {"/e"}}
+    r.restart()  # replica 2 now runs from a snapshot
+    assert r.zk(tx.T_DELETE, "/e/c") == DeleteResult()
+    r.zk(tx.T_CLOSE_SESSION, [], session=7)  # every replica deletes /e now, the restored one too
+    assert "/e" not in r.m.zk.nodes and r.m.zk.ephemerals == {}
     r.restart()

@@ -558,7 +558,9 @@ class DataTree:
         old = self.sessions.pop(sid, None)
         if old is not None:
             self.digest = (self.digest - self._session_hash(sid, *old)) & MASK64
-        self.ephemerals.pop(sid, None)
+        # each delete took its node out of the index; one still here has
+        # children (NotEmpty: a txn no leader makes), and stays indexed as a
+        # restore of the tree would index it
         return SessionResult(sid)
 
     # --------------------------------------------------------------- queries
