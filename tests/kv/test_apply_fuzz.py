@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.kv.apply_fuzz import indexes, state_print, tree_problems
 from zabd.codec import zk_txn as tx
 from zabd.kv.kvmachine import KVMachine
@@ -114,3 +116,16 @@ def test_close_session_keeps_indexed_the_ephemerals_it_cannot_delete() -> None:
     r.zk(tx.T_CLOSE_SESSION, [], session=7)  # every replica deletes /e now, the restored one too
     assert "/e" not in r.m.zk.nodes and r.m.zk.ephemerals == {}
     r.restart()
+
+
+@pytest.mark.parametrize("session", [1 << 63, (1 << 64) - 1, True])
+def test_set_data_of_a_session_out_of_int64_is_refused_as_check_refuses_it(session: Any) -> None:
+    """The setData fast path checked its fields inline but not the session,
+    so it applied a setData of session 2^63 (or True) that ``txn_check``
+    refuses, as any other txn of that session. Found by the apply fuzzer
+    (seed 1, index 56943: a setData of session 2^64 - 1)."""
+    r = Replicas()
+    r.zk(tx.T_CREATE, "/n", b"", OPEN, 0, 1)
+    r.refused(tx.encode(tx.T_SET_DATA, T0, session, "/n", b"x", 1))
+    r.refused(tx.encode(tx.T_CHECK, T0, session, "/n"))
+    assert r.m.zk.nodes["/n"].data == b""

@@ -421,9 +421,12 @@ class DataTree:
         kind, time_ms, session = txn[0], txn[1], txn[2]
         if kind == tx.T_SET_DATA and len(txn) >= 6:  # most writes: their check inline
             path, data, version = txn[3], txn[4], txn[5]
+            # exactly check()'s rules for a setData (session too: it reaches
+            # the result and the server's hooks, and check refuses 2^63)
             if not (type(path) is str and (data is None or type(data) is bytes) and type(version) is int
                     and -0x80000000 <= version <= 0x7FFFFFFF and type(time_ms) is int
-                    and -0x8000000000000000 <= time_ms <= 0x7FFFFFFFFFFFFFFF):
+                    and -0x8000000000000000 <= time_ms <= 0x7FFFFFFFFFFFFFFF and type(session) is int
+                    and -0x8000000000000000 <= session <= 0x7FFFFFFFFFFFFFFF):
                 check(txn)  # says what is wrong
             triggers: list[Trigger] = []
             result: WriteResult | None = self._set_data(zxid, time_ms, path, data, version, triggers,
