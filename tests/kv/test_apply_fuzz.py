@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import pytest
 
 from tests.kv.apply_fuzz import indexes, state_print, tree_problems
 from zabd.codec import zk_txn as tx
-from zabd.kv.kvmachine import KVMachine
-from zabd.kv.store import MALFORMED, Result
+from zabd.kv.kvmachine import KV_MAGIC, KVMachine
+from zabd.kv.store import BAD_VERSION, MALFORMED, OK, Cas, Put, Result
+from zabd.kv.store import Delete as KVDelete
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.records import DeleteResult, ErrorResult
 from zabd.protocol.membership import Membership
@@ -129,3 +131,20 @@ def test_set_data_of_a_session_out_of_int64_is_refused_as_check_refuses_it(sessi
     r.refused(tx.encode(tx.T_SET_DATA, T0, session, "/n", b"x", 1))
     r.refused(tx.encode(tx.T_CHECK, T0, session, "/n"))
     assert r.m.zk.nodes["/n"].data == b""
+
+
+def test_kv_leader_answers_a_write_to_a_key_at_the_last_version() -> None:
+    """A committed SET may carry any u64 version; at 2^64 - 1 there is no
+    next one, and the leader's prepare of a put or cas of that key raised
+    (msgpack cannot pack 2^64), a request that broke the leader's proposal
+    path. It now answers bad_version. Found by the apply fuzzer (seed 1,
+    index 33165: a legit put after a mutated SET of version 2^64 - 1)."""
+    r = Replicas()
+    top = (1 << 64) - 1
+    assert r.apply(KV_MAGIC + msgpack.packb([1, "k", b"v", top])) == Result(OK, top)
+    for req in (Put("k", b"w"), Cas("k", top, b"w")):
+        assert r.apply(KV_MAGIC + r.m.leader.prepare(req)) == Result(BAD_VERSION, top)
+    assert r.m.store.get("k") == Result(OK, top, b"v")
+    assert r.apply(KV_MAGIC + r.m.leader.prepare(KVDelete("k"))) == Result(OK, 0)
+    assert r.apply(KV_MAGIC + r.m.leader.prepare(Put("k", b"w"))) == Result(OK, 1)
+    r.restart()

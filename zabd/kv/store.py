@@ -110,10 +110,13 @@ def prepare(req: Request, version_of: Callable[[str], int]) -> bytes:
     """Turn a client write into an idempotent txn payload, given the leader's
     view of each key's current version (``version_of``, 0 if absent)."""
     if isinstance(req, Put):
-        return encode_set(req.key, req.value, version_of(req.key) + 1)
+        cur = version_of(req.key)
+        if cur >= _U64:  # no version after it to set (only a txn no leader made set this one)
+            return encode_err(BAD_VERSION, req.key, cur)
+        return encode_set(req.key, req.value, cur + 1)
     if isinstance(req, Cas):
         cur = version_of(req.key)
-        if cur != req.version:
+        if cur != req.version or cur >= _U64:
             return encode_err(BAD_VERSION, req.key, cur)
         return encode_set(req.key, req.value, cur + 1)
     if isinstance(req, Delete):
