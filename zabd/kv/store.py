@@ -159,9 +159,10 @@ class KVStore:
             raise MalformedTxn(f"not a KV txn ({type(exc).__name__}: {exc})") from None
         if type(op) is not list or not op:
             raise MalformedTxn("a KV txn is a non-empty array")
-        kind = op[0]
+        kind = op[0] if type(op[0]) is int else None  # not True or 1.0, which compare equal to 1
         n = len(op)
-        if kind == _SET and n == 4 and type(op[1]) is str and type(op[2]) is bytes and _is_u64(op[3]):
+        # a set's version is at least 1: 0 means the key does not exist
+        if kind == _SET and n == 4 and type(op[1]) is str and type(op[2]) is bytes and _is_u64(op[3]) and op[3]:
             self.applied = txn.zxid
             self.data[op[1]] = (op[2], op[3])
             return Result(OK, op[3])
