@@ -19,7 +19,7 @@ import functools
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from zabd.codec.framing import FrameError
 from zabd.codec.peer import Members
@@ -135,7 +135,7 @@ class PeerLink(Link):
 
 
 class ClientLink(Link):
-    PORT = "client"  # the port, as the limits count connections by address on each
+    PORT: ClassVar[str] = "client"  # the port, as the limits count connections by address on each
 
     def __init__(self, net: Transport) -> None:
         super().__init__()

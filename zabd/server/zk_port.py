@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from zabd.codec import jute
 from zabd.kv.zk.errors import Code
@@ -255,7 +255,7 @@ class ZKClientLink(ClientLink):
     """A connection to ZooKeeper's client port: jute frames, or a four-letter
     word in place of the first frame's length."""
 
-    PORT = "zookeeper"
+    PORT: ClassVar[str] = "zookeeper"
 
     def __init__(self, net: Transport, port: ZKPort) -> None:
         super().__init__(net)
