@@ -86,12 +86,15 @@ class PeerLink(Link):
             # an accepted link's Hello must name the node its certificate names
             peercert = transport.get_extra_info("peercert")
             self.session.identity = lambda node: identity_problem(peercert, node)
-        if self.session.dialed:
-            self.net.mark(self)  # the Hello queued when the session was made
-            self.net.attach(self)
 
     def take_output(self, now: float) -> list[bytes]:
         return self.session.take_output(now)
+
+    def given_up(self) -> None:
+        """Its dial was given up (timed out, or cancelled by a membership change)
+        after connection_made ran: uvloop closed the transport, and no connection_lost follows."""
+        if self.transport is not None:
+            self.connection_lost(None)
 
     def data_received(self, data: bytes) -> None:
         # a name per except clause: compiled, the name keeps its first clause's type
@@ -371,7 +374,11 @@ class Transport:
                 await asyncio.wait_for(
                     loop.create_connection(functools.partial(_same, link), host, port, **tls), timeout
                 )
+            except asyncio.CancelledError:
+                link.given_up()
+                raise
             except (OSError, TimeoutError) as exc:
+                link.given_up()
                 if isinstance(exc, ssl.SSLError) and self._dial_errors.get(peer) != describe_error(exc):
                     # one line per new reason, not one per retry
                     self._dial_errors[peer] = describe_error(exc)
@@ -380,6 +387,11 @@ class Transport:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
+            if not link.closed:
+                # the link is this node's once the dial returns, not at connection_made: uvloop
+                # runs that for a dial given up right after too, then closes the transport under it
+                self.mark(link)  # the Hello queued when the session was made
+                self.attach(link)
             up_at = time.monotonic()
             await link.lost
             if time.monotonic() - up_at > 1.0:

@@ -1,0 +1,67 @@
+"""A peer link's dial over real sockets, in process, on uvloop (the loop
+the server runs on)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import uvloop
+
+from zabd.client.spawn import free_ports
+from zabd.codec import peer as wire
+from zabd.server.config import ServerConfig
+from zabd.server.replica import Replica
+from zabd.storage.base import MemoryStorage
+
+STEPS = 40  # turns of the loop between a dial and its giving up: 0, 1, 2, ...
+
+
+async def _hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()
+    writer.close()
+
+
+async def _dials_given_up_at_every_step(tmp_path: Path) -> int:
+    silent = await asyncio.start_server(_hold, "127.0.0.1", 0)  # node 2: accepts links, says nothing
+    p1, c1 = free_ports(2)
+    a1, a2 = f"127.0.0.1:{p1}", f"127.0.0.1:{silent.sockets[0].getsockname()[1]}"
+    cfg = ServerConfig(id=1, peers={1: a1, 2: a2}, client=f"127.0.0.1:{c1}", storage="memory",
+                       data_dir=str(tmp_path), connect_grace_ms=0, peer_silence_ms=600_000)
+    replica = Replica(cfg, MemoryStorage())
+    net = replica.transport
+    await replica.start()
+    up = 0
+    try:
+        for steps in range(STEPS):
+            net.set_members({1: a1})  # 2 removed: no longer dialed; a link that is up stays
+            if 2 in net.peers:
+                net.peers[2].abort()
+            net.set_members({1: a1, 2: a2})  # 2 added: dialed
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            net.set_members({1: a1})  # 2 removed again, its dial given up wherever it got to
+            for _ in range(4):
+                await asyncio.sleep(0)
+            assert replica.fatal is None, f"after {steps} steps: {replica.fatal!r}"
+            if net.connected(2):
+                up += 1
+                assert net.send_frame(2, wire.PING_FRAME)
+                net.flush()
+    finally:
+        await replica.shutdown()
+        silent.close()
+    return up
+
+
+def test_a_dial_given_up_after_its_link_came_up_leaves_no_dead_link(tmp_path: Path) -> None:
+    """uvloop calls a dialed link's connection_made, then closes its
+    transport, and calls no connection_lost, when the connect is given up
+    right after (cancelled: a membership change stops dialing a member the
+    node had just learned of; or timed out). The link stayed attached to
+    that closed transport: the next frame to the peer raised in the flush,
+    and the server stopped."""
+    up = uvloop.run(_dials_given_up_at_every_step(tmp_path))
+    # a dial given up at once never came up, one given up after 40 turns of the loop had: the
+    # steps in between crossed the moment connection_made ran
+    assert 0 < up < STEPS
