@@ -224,6 +224,34 @@ async def test_a_removed_node_added_back_reaches_a_leader_it_never_heard_of(tmp_
         await until("node 2 has the membership", lambda: _has(cluster, 2, want))
 
 
+async def test_a_removed_node_hears_of_new_members_on_a_link_that_stays_up(tmp_path: Path) -> None:
+    """Node 2's link to node 3 is up from the start and stays up while 2 is
+    removed, 4 and 5 join, and 1 and 3 leave: 3 is the only node that 2
+    dials and that knows 4 and 5. Added back, node 2 reaches the leader only
+    if 3 told it of each change on that link, not just at its handshake."""
+    with LocalCluster(5, base_dir=tmp_path, storage="disk", members=3) as cluster:
+        await cluster.wait_leader([1, 2, 3], timeout=30)
+
+        async def change(leaders: list[int], **kw: object) -> int:
+            async with await Client.connect(cluster.servers, timeout=10) as c:
+                await c.reconfig(**kw)  # type: ignore[arg-type]
+                # a change that removes the leader elects another; a write sent
+                # meanwhile is answered leader_lost: write once one leads
+                leader = await cluster.wait_leader(leaders, timeout=30)
+                await c.put("after", b"v", retry_for=20)
+            return leader
+
+        await change([1, 3], remove=[2])
+        await change([1, 3, 4], add={4: f"127.0.0.1:{cluster.peer_ports[4]}"})
+        await change([1, 3, 4, 5], add={5: f"127.0.0.1:{cluster.peer_ports[5]}"})
+        await change([3, 4, 5], remove=[1])
+        leader = await change([4, 5], remove=[3])
+        await change([4, 5], add={2: f"127.0.0.1:{cluster.peer_ports[2]}"})  # 4 and 5 commit without 2
+        await until("node 2 follows the leader", lambda: _all_follow(cluster, [2], leader), timeout=20)
+        want = {"voters": [2, 4, 5], "observers": []}
+        await until("node 2 has the membership", lambda: _has(cluster, 2, want))
+
+
 async def _all_follow(cluster: LocalCluster, nodes: list[int], leader: int) -> bool:
     sts = await cluster.statuses(nodes)
     return all(st is not None and st["leader"] == leader and st["phase"] == "broadcast" for st in sts.values())

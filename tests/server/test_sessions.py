@@ -67,6 +67,39 @@ def test_an_accepting_session_tells_the_dialer_the_members_it_knows() -> None:
             PeerSession(1, MEMBERS, 2, 1 << 20, now=0.0).feed(frame(bad), 0.0)
 
 
+def test_an_acceptor_tells_its_dialers_every_membership_change() -> None:
+    """Node 3, restarted, accepted node 2's link while it still knew only its
+    configured members (1..3); its log then said 3, 4, 5 (5 leading). Node 2
+    dials only higher ids it knows: unless node 3 tells it again on the link
+    that stays up, it never reaches 4 or 5."""
+    configured = {1: "h:1", 2: "h:2", 3: "h:3"}
+    acceptor = PeerSession(3, frozenset(configured), None, 1 << 20, now=0.0, addresses=configured)
+    dialer = PeerSession(2, frozenset(configured), 3, 1 << 20, now=0.0)
+    assert acceptor.feed(b"".join(dialer.take_output(0.0)), 0.0) == [HandshakeDone(2)]
+    dialer.feed(b"".join(acceptor.take_output(0.0)), 0.0)
+    assert dialer.heard == wire.Members(tuple(configured.items()))
+    dialer.heard = None
+    logged = {3: "h:3", 4: "h:4", 5: "h:5"}
+    acceptor.members_changed(frozenset(logged), logged)
+    assert dialer.feed(b"".join(acceptor.take_output(1.0)), 1.0) == []
+    assert dialer.heard == wire.Members(tuple(logged.items()))
+    # the dialer's end says nothing: the acceptor has the higher id and dials its own
+    dialer.members_changed(frozenset(logged), logged)
+    assert dialer.take_output(1.0) == []
+    # a link accepted before the change whose Hello comes after it: checked
+    # against, and told, the new members
+    early = PeerSession(3, frozenset(configured), None, 1 << 20, now=0.0, addresses=configured)
+    early.members_changed(frozenset(logged), logged)
+    with pytest.raises(MembershipRefused, match="node 2: not a member"):
+        early.feed(frame((wire.TAG_HELLO, wire.WIRE_VERSION, 2)), 0.0)
+    back = {2: "h:2", **logged}
+    later = PeerSession(3, frozenset(configured), None, 1 << 20, now=0.0, addresses=configured)
+    later.members_changed(frozenset(back), back)
+    assert later.feed(frame((wire.TAG_HELLO, wire.WIRE_VERSION, 2)), 0.0) == [HandshakeDone(2)]
+    (told,) = later.take_output(0.0)
+    assert wire.decode_frame(body(told)) == wire.Members(tuple(sorted(back.items())))
+
+
 def test_nodes_that_disagree_on_the_observers_do_not_link() -> None:
     """Two nodes with different observer lists would count different quorums:
     the Hello carries the dialer's list and the acceptor refuses another one."""

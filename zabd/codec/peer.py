@@ -172,10 +172,11 @@ class Ping(NamedTuple):
 
 
 class Members(NamedTuple):
-    """Sent by a node that accepted a link: the members it knows and their
-    quorum addresses. The lower id of a pair dials, so a node whose log is
-    behind (added back after a removal) learns here how to reach members
-    that joined after it last heard, the leader among them."""
+    """Sent by a node that accepted a link, after the Hello and again at each
+    membership change: the members it knows and their quorum addresses. The
+    lower id of a pair dials, so a node whose log is behind (added back after
+    a removal) learns here how to reach members that joined after it last
+    heard, the leader among them."""
 
     addresses: tuple[tuple[int, str], ...]
 

@@ -132,9 +132,24 @@ class PeerSession:
             raise MembershipRefused(f"node {got.node} is configured with observers {sorted(theirs)}, this "
                                     f"node with {list(self.observers)}; every node needs the same list")
         self.peer = got.node
+        self._tell_members()
+        return HandshakeDone(got.node)
+
+    def members_changed(self, members: frozenset[int], addresses: Mapping[int, str]) -> None:
+        """This node's membership changed. A Hello still to come is checked
+        against the new one, and the dialer of a link this node accepted hears
+        the new addresses now: the link can stay up for as long as the dialer
+        is out of the ensemble and back (a removed node's links stay), or have
+        come up before a restarted node applied its log's membership, so what
+        it heard at the handshake can name none of the members it must dial."""
+        self.members = members
+        self.addresses = addresses
+        if self.peer is not None and not self.dialed:
+            self._tell_members()
+
+    def _tell_members(self) -> None:
         if self.addresses:
             self.push(frame((wire.TAG_MEMBERS, tuple(sorted(self.addresses.items())))))
-        return HandshakeDone(got.node)
 
     def _new_leader_part(self, part: wire.NewLeaderPart) -> NewLeader | None:
         if self._parts and part.epoch != self._parts_epoch:

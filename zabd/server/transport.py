@@ -81,6 +81,7 @@ class PeerLink(Link):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.net.links.add(self)
         if self.net.peer_tls is not None:
             # the dialer's side was checked by TLS itself (server_hostname);
             # an accepted link's Hello must name the node its certificate names
@@ -127,6 +128,7 @@ class PeerLink(Link):
             self.net.log.error("peer link closed mid-frame (truncated frame)", peer=self.session.peer,
                                addr=self.addr, buffered=self.session.mid_frame)
         self.closed = True
+        self.net.links.discard(self)
         if not self.lost.done():
             self.lost.set_result(None)
         self.net.detach(self)
@@ -285,6 +287,8 @@ class Transport:
         # quorum addresses of members that peers told of (wire.Members) and the log has not yet
         self.learned: dict[int, str] = {}
         self.peers: dict[int, PeerLink] = {}
+        # every open peer link, also those whose Hello has not come yet
+        self.links: set[PeerLink] = set()
         self.clients: set[ClientLink] = set()
         self.guard = ClientGuard(ClientLimits(
             config.max_client_cnxns, total_connections(config.max_cnxns), config.client_frame_timeout_ms / 1000.0,
@@ -333,9 +337,10 @@ class Transport:
 
     def set_members(self, addresses: dict[int, str]) -> None:
         """A membership change: dial new members (the lower id dials), stop
-        dialing removed ones, and accept new links from members only. A link
-        that is up stays: a removed leader still needs its followers' acks to
-        commit its own removal (the core sends a removed node nothing)."""
+        dialing removed ones, accept new links from members only, and tell
+        the dialers of accepted links the new members. A link that is up
+        stays: a removed leader still needs its followers' acks to commit its
+        own removal (the core sends a removed node nothing)."""
         own = self.config.id
         old = self.addresses
         self.addresses = dict(addresses)
@@ -343,6 +348,9 @@ class Transport:
         # what peers told of is over: the log names the members now
         gone = old.keys() | self.learned.keys()
         self.learned = {}
+        members = frozenset(self.addresses)
+        for link in self.links:
+            link.session.members_changed(members, self.addresses)
         for peer in sorted(gone - addresses.keys() - {own}):
             task = self.dialers.pop(peer, None)
             if task is not None:
