@@ -200,17 +200,10 @@ async def test_a_removed_node_added_back_reaches_a_leader_it_never_heard_of(tmp_
         def addr(n: int) -> str:
             return f"127.0.0.1:{cluster.peer_ports[n]}"
 
-        async def change(**kw: object) -> None:
-            live = [cluster.client_addr(n) for n in range(1, 6) if cluster.alive(n)]
-            async with await Client.connect(live, timeout=10) as c:
-                await c.reconfig(**kw)  # type: ignore[arg-type]
-                await c.put("after", b"v", retry_for=20)
-
-        await change(remove=[2])
-        await change(add={4: addr(4)})
-        await change(add={5: addr(5)})
-        await change(remove=[1])
-        leader = await cluster.wait_leader([3, 4, 5], timeout=30)
+        await _change(cluster, [1, 3], remove=[2])
+        await _change(cluster, [1, 3, 4], add={4: addr(4)})
+        await _change(cluster, [1, 3, 4, 5], add={5: addr(5)})
+        leader = await _change(cluster, [3, 4, 5], remove=[1])
         if leader != 5:  # the highest id wins an election among equals: 5, once the leader is killed
             killed = leader
             cluster.kill(killed)
@@ -218,7 +211,7 @@ async def test_a_removed_node_added_back_reaches_a_leader_it_never_heard_of(tmp_
             cluster.start_node(killed)
         assert leader == 5
         await until("3, 4, 5 follow 5", lambda: _all_follow(cluster, [3, 4, 5], 5), timeout=30)
-        await change(add={2: addr(2)})
+        await _change(cluster, [3, 4, 5], add={2: addr(2)})  # 3, 4 and 5 commit without 2
         await until("node 2 follows 5", lambda: _all_follow(cluster, [2], 5), timeout=20)
         want = {"voters": [2, 3, 4, 5], "observers": []}
         await until("node 2 has the membership", lambda: _has(cluster, 2, want))
@@ -232,24 +225,31 @@ async def test_a_removed_node_hears_of_new_members_on_a_link_that_stays_up(tmp_p
     with LocalCluster(5, base_dir=tmp_path, storage="disk", members=3) as cluster:
         await cluster.wait_leader([1, 2, 3], timeout=30)
 
-        async def change(leaders: list[int], **kw: object) -> int:
-            async with await Client.connect(cluster.servers, timeout=10) as c:
-                await c.reconfig(**kw)  # type: ignore[arg-type]
-                # a change that removes the leader elects another; a write sent
-                # meanwhile is answered leader_lost: write once one leads
-                leader = await cluster.wait_leader(leaders, timeout=30)
-                await c.put("after", b"v", retry_for=20)
-            return leader
+        def addr(n: int) -> str:
+            return f"127.0.0.1:{cluster.peer_ports[n]}"
 
-        await change([1, 3], remove=[2])
-        await change([1, 3, 4], add={4: f"127.0.0.1:{cluster.peer_ports[4]}"})
-        await change([1, 3, 4, 5], add={5: f"127.0.0.1:{cluster.peer_ports[5]}"})
-        await change([3, 4, 5], remove=[1])
-        leader = await change([4, 5], remove=[3])
-        await change([4, 5], add={2: f"127.0.0.1:{cluster.peer_ports[2]}"})  # 4 and 5 commit without 2
+        await _change(cluster, [1, 3], remove=[2])
+        await _change(cluster, [1, 3, 4], add={4: addr(4)})
+        await _change(cluster, [1, 3, 4, 5], add={5: addr(5)})
+        await _change(cluster, [3, 4, 5], remove=[1])
+        leader = await _change(cluster, [4, 5], remove=[3])
+        await _change(cluster, [4, 5], add={2: addr(2)})  # 4 and 5 commit without 2
         await until("node 2 follows the leader", lambda: _all_follow(cluster, [2], leader), timeout=20)
         want = {"voters": [2, 4, 5], "observers": []}
         await until("node 2 has the membership", lambda: _has(cluster, 2, want))
+
+
+async def _change(cluster: LocalCluster, leaders: list[int], **kw: object) -> int:
+    """A membership change, then a write once ``leaders`` (voters it leaves)
+    agree on a leader, which is returned. A change that removes the leader
+    (any of the first voters can win the first election) elects another; a
+    write sent meanwhile is answered leader_lost, rightly not retried."""
+    live = [cluster.client_addr(n) for n in range(1, cluster.n + 1) if cluster.alive(n)]
+    async with await Client.connect(live, timeout=10) as c:
+        await c.reconfig(**kw)  # type: ignore[arg-type]
+        leader = await cluster.wait_leader(leaders, timeout=30)
+        await c.put("after", b"v", retry_for=20)
+    return leader
 
 
 async def _all_follow(cluster: LocalCluster, nodes: list[int], leader: int) -> bool:
