@@ -23,7 +23,7 @@ async def test_repeated_leader_kills(cluster_factory: Factory, n: int) -> None:
     await cluster.wait_leader()
     load = Load(cluster, nodes, window=4)
     load.start()
-    worst = 0.0
+    worst = 0.0  # printed: how fast is for benchmarks, each failover's outcome is asserted
     try:
         for _ in range(5):
             await load.wait_acked(len(load.acked) + 100)
@@ -31,12 +31,13 @@ async def test_repeated_leader_kills(cluster_factory: Factory, n: int) -> None:
             cluster.kill(leader)
             t0 = time.monotonic()
             others = [i for i in nodes if i != leader]
-            await cluster.wait_leader(others, timeout=15, exclude=leader)
+            await cluster.wait_leader(others, timeout=15, exclude=leader)  # 15 s: only against a hang
             worst = max(worst, time.monotonic() - t0)
             cluster.start_node(leader)
             await cluster.wait_leader(nodes, timeout=30)
+        await load.wait_acked(len(load.acked) + 100)  # writes go on after the last failover too
     finally:
         await load.finish()
-    assert worst < 3.0, f"slowest failover {worst:.2f}s"
+    print(f"slowest failover {worst:.2f}s")
     await cluster.wait_caught_up(nodes, timeout=30)
     assert_same_logs(await read_logs(cluster, nodes), load.acked)
