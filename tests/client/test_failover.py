@@ -25,8 +25,9 @@ from zabd.client import Client, OutcomeUnknown, ZabdError
 from zabd.client.spawn import LocalCluster
 
 Factory = Callable[..., LocalCluster]
-# Generous for a loaded CI machine; measured on servers: about 10-20 ms.
-FAILOVER_BOUND_S = 5.0
+# Only against a hang: how fast a failover is (about 10-20 ms on servers) is
+# the benchmarks' to measure, not a test's to assert.
+HANG_S = 60.0
 
 
 @pytest.fixture
@@ -56,14 +57,13 @@ async def test_reads_ride_a_leader_kill_on_another_server(cluster: Factory) -> N
         await client.put("k", b"v1", retry_for=10)
         assert client.server is not None and client.server[1] == c.client_ports[leader]
         c.kill(leader)
-        t0 = time.monotonic()
-        st = await client.status()  # the connection to the leader is gone: another server answers
-        assert st.id != leader
-        await client.sync()
-        got = await client.get("k")
-        assert got.value == b"v1"
-        assert b"v1" in (await client.read_all())[-1].payload  # the put, as a KV txn
-        assert time.monotonic() - t0 < FAILOVER_BOUND_S
+        async with asyncio.timeout(HANG_S):
+            st = await client.status()  # the connection to the leader is gone: another server answers
+            assert st.id != leader
+            await client.sync()
+            got = await client.get("k")
+            assert got.value == b"v1"
+            assert b"v1" in (await client.read_all())[-1].payload  # the put, as a KV txn
     finally:
         await client.close()
 
@@ -81,8 +81,6 @@ async def test_a_write_is_never_reported_done_unless_it_committed(cluster: Facto
         for k in range(40):
             await client.propose(b"warm-%d" % k)
         c.kill(leader)
-        killed_at = time.monotonic()
-        first_ok_after_kill = 0.0
         for k in range(200):
             payload = b"after-%d" % k
             try:
@@ -96,9 +94,7 @@ async def test_a_write_is_never_reported_done_unless_it_committed(cluster: Facto
                 certain_failures += 1
                 continue
             acked[z] = payload
-            if not first_ok_after_kill:
-                first_ok_after_kill = time.monotonic() - killed_at
-        assert first_ok_after_kill and first_ok_after_kill < FAILOVER_BOUND_S
+        assert acked, "no write succeeded after the leader was killed"
         log = {t.zxid: t.payload for t in await client.read_all()}
     finally:
         await client.close()
@@ -117,22 +113,21 @@ async def test_a_write_without_a_quorum_fails_fast_and_says_it_did_nothing(clust
     client = await Client.connect(c.client_addr(survivor), timeout=2.0)
     try:
         # the survivor notices the lost leader at once and looks for a quorum it cannot get
-        t0 = time.monotonic()
-        while True:
-            try:
-                await client.propose(b"x")
-            except OutcomeUnknown:
-                pass  # raced with the kill
-            except ZabdError as exc:
-                if exc.code == "no_leader":
-                    assert exc.retryable and exc.applied is False
-                    break
-            assert time.monotonic() - t0 < FAILOVER_BOUND_S
-        t1 = time.monotonic()
-        with pytest.raises(ZabdError) as info:
-            await client.propose(b"y", retry_for=0.3)
+        async with asyncio.timeout(HANG_S):
+            while True:
+                try:
+                    await client.propose(b"x")
+                except OutcomeUnknown:
+                    pass  # raced with the kill
+                except ZabdError as exc:
+                    if exc.code == "no_leader":
+                        assert exc.retryable and exc.applied is False
+                        break
+            t1 = time.monotonic()
+            with pytest.raises(ZabdError) as info:
+                await client.propose(b"y", retry_for=0.3)
         assert info.value.code == "no_leader" and info.value.applied is False
-        assert 0.25 <= time.monotonic() - t1 < FAILOVER_BOUND_S
+        assert time.monotonic() - t1 >= 0.25  # it was retried for its retry_for, not given up at once
     finally:
         await client.close()
 
