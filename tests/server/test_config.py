@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zabd.server.config import ConfigError, load_config
+from zabd.server.config import ConfigError, load_config, parse_env
 
 GOOD = """id = 1
 client = "127.0.0.1:7101"
@@ -95,6 +95,11 @@ def test_environment_overrides_and_errors(tmp_path: Path) -> None:
     assert (cfg.id, cfg.tick_ms, cfg.fsync) == (2, 20, False)
     cfg = load_config(None, {"ZABD_ID": "1", "ZABD_PEERS": "1=a:1,2=b:2,3=c:3", "ZABD_CLIENT": "a:2"})
     assert cfg.peers == {1: "a:1", 2: "b:2", 3: "c:3"} and cfg.peer_ids == [2, 3]
+    # the variables of the process around the server, not its config: no refusal
+    cfg = load_config(path, {"ZABD_PURE": "1", "ZABD_PYTHON": "/usr/bin/python3", "ZABD_TOKEN": "t" * 8,
+                             "ZABD_TLS_DIR": "tls"})
+    assert cfg.id == 1
+    assert parse_env({"ZABD_TLS_ADMIN_NAMES": "ops, zabd-client-1"}) == {"tls_admin_names": ["ops", "zabd-client-1"]}
     for env, needles in [
         ({"ZABD_TICK_MS": "soon"}, ["ZABD_TICK_MS", "soon", "integer"]),
         ({"ZABD_COLOUR": "red"}, ["ZABD_COLOUR", "unknown field"]),

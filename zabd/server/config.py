@@ -20,6 +20,10 @@ from zabd.server.auth import TokenFileError, load_tokens
 from zabd.tls import tls_files_problem
 
 ENV_PREFIX = "ZABD_"
+# ZABD_* variables that are not the server's config: the interpreter and core a
+# process runs (ZABD_PURE, ZABD_PYTHON), a client's token, the TLS directory
+# the compose files mount; a server started beside them must not refuse them
+NOT_CONFIG = frozenset({"ZABD_PURE", "ZABD_PYTHON", "ZABD_TOKEN", "ZABD_TLS_DIR"})
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -327,7 +331,7 @@ def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """``ZABD_*`` variables -> typed values (the strings a container passes)."""
     out: dict[str, Any] = {}
     for name, raw in environ.items():
-        if not name.startswith(ENV_PREFIX):
+        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG:
             continue
         field = name[len(ENV_PREFIX) :].lower()
         if field not in FIELDS:
