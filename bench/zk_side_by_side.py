@@ -209,6 +209,8 @@ def run_zabd(build: Path, args: argparse.Namespace, op: str, base: Path, label: 
     for item in args.zabd_set:  # as zabd bench --set: a server config field for every zabd node
         key, _, value = item.partition("=")
         extra[key] = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
+    # every four-letter word, as the ZooKeeper side's zoo.cfg (bench/zkcluster.py); the wait below reads ruok
+    extra.setdefault("zk_4lw_whitelist", "*")
     cluster = LocalCluster(3, storage=extra.pop("storage", "disk"), fsync=True, base_dir=base / "zabd",
                            log_level="warning", extra=extra)
     try:

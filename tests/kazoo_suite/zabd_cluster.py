@@ -156,8 +156,9 @@ class ZabdCluster:
             base_dir=base,
             storage=storage,
             fsync=False,
-            # read-only mode on, as kazoo's harness turns it on for ZooKeeper (readonlymode.enabled)
-            extra={"zk_tick_ms": tick, "zk_super_digest": SUPER_DIGEST, "zk_read_only": True},
+            # read-only mode on, as kazoo's harness turns it on for ZooKeeper (readonlymode.enabled),
+            # and every four-letter word, as its 4lw.commands.whitelist=* (test_client asks envi, ruok, ...)
+            extra={"zk_tick_ms": tick, "zk_super_digest": SUPER_DIGEST, "zk_read_only": True, "zk_4lw_whitelist": "*"},
             log_level=os.environ.get("KAZOO_SUITE_LOG_LEVEL", "info"),
             zk_secure=True,
         )

@@ -46,6 +46,14 @@ BAD = {
     "missing field": (GOOD.replace('client = "127.0.0.1:7101"\n', ""), ["client", "missing"]),
     "bad address": (GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:99999"'), ["peers", "99999", "1..65535"]),
     "not toml": ("id = = 1\n", ["not valid TOML"]),
+    "unknown four-letter word": (
+        GOOD.replace("id = 1", 'id = 1\nzk_4lw_whitelist = ["srvr", "kill"]'),
+        ["zk_4lw_whitelist", "'kill' is not a four-letter word", "mntr", "'*'"],
+    ),
+    "a ZooKeeper word zabd does not answer": (
+        GOOD.replace("id = 1", 'id = 1\nzk_4lw_whitelist = "mntr, dump"'),
+        ["zk_4lw_whitelist", "mntr, dump", "'dump' is a ZooKeeper word zabd does not answer"],
+    ),
     "silence below two pings": (
         GOOD.replace("id = 1", "id = 1\npeer_ping_ms = 500\npeer_silence_ms = 600"),
         ["peer_silence_ms", "600", "twice", "500"],
@@ -105,11 +113,24 @@ def test_environment_overrides_and_errors(tmp_path: Path) -> None:
         ({"ZABD_COLOUR": "red"}, ["ZABD_COLOUR", "unknown field"]),
         ({"ZABD_PEERS": "1=a:1,2"}, ["ZABD_PEERS", "1=a:1,2"]),
         ({"ZABD_FSYNC": "maybe"}, ["ZABD_FSYNC", "maybe", "true or false"]),
+        ({"ZABD_ZK_4LW_WHITELIST": "srvr,cnos"}, ["zk_4lw_whitelist", "'cnos' is not a four-letter word"]),
     ]:
         with pytest.raises(ConfigError) as info:
             load_config(path, env)
         for needle in needles:
             assert needle in str(info.value), str(info.value)
+
+
+def test_four_letter_whitelist_forms(tmp_path: Path) -> None:
+    """ZooKeeper's default (srvr), its comma string with blanks (in TOML or
+    the environment), a TOML list, and '*'."""
+    path = tmp_path / "good.toml"
+    path.write_text(GOOD)
+    assert load_config(path, {}).zk_4lw_whitelist == ["srvr"]
+    assert load_config(path, {"ZABD_ZK_4LW_WHITELIST": " mntr, ruok ,,"}).zk_4lw_whitelist == ["mntr", "ruok"]
+    assert load_config(path, {"ZABD_ZK_4LW_WHITELIST": "*"}).zk_4lw_whitelist == ["*"]
+    path.write_text(GOOD.replace("id = 1", 'id = 1\nzk_4lw_whitelist = ["cons", "stat"]'))
+    assert load_config(path, {}).zk_4lw_whitelist == ["cons", "stat"]
 
 
 def test_storage_factory(tmp_path: Path) -> None:

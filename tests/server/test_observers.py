@@ -30,7 +30,7 @@ async def until_role(cluster: LocalCluster, node: int, roles: set[str], timeout:
 
 
 async def test_observers_serve_but_never_vote(tmp_path: Path) -> None:
-    with LocalCluster(5, base_dir=tmp_path, extra={"observers": [4, 5]}) as cluster:
+    with LocalCluster(5, base_dir=tmp_path, extra={"observers": [4, 5], "zk_4lw_whitelist": "mntr"}) as cluster:
         leader = await cluster.wait_leader(timeout=30)
         assert leader in (1, 2, 3)
         statuses = await cluster.statuses()

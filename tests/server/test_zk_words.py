@@ -1,7 +1,9 @@
 """ZooKeeper's four-letter words on real server processes: the numbers of
 ``mntr``, ``srvr``, ``stat`` and ``cons`` are counted (packets, latencies,
 connections), in ZooKeeper 3.8's format, and ``/metrics`` shows the same
-numbers for the same quantities."""
+numbers for the same quantities. Only whitelisted words are answered, the
+others get ZooKeeper's refusal, byte for byte as Debian's ZooKeeper 3.8
+sends it."""
 
 from __future__ import annotations
 
@@ -10,17 +12,32 @@ import re
 import socket
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 
 from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.server import real_zk
+from tests.server.real_zk import StandaloneZooKeeper, needs_zookeeper, zookeepers
 from tests.server.zk_driver import four_letter
 from zabd.client.spawn import LocalCluster
 from zabd.codec import jute
 from zabd.kv.zk.records import GetData
+from zabd.server.zk_words import FOUR_LETTER_WORDS, ZK_WORDS
 
 Factory = Callable[..., LocalCluster]
 REQUESTS = 60
+ALL = {"zk_4lw_whitelist": "*"}
+
+
+def first(text: str) -> str:
+    """An answer's first word: ``Zookeeper``, ``imok``, ``zk_version``, ``datadir_size``, ..."""
+    return re.split(r"[\s:=]", text, maxsplit=1)[0]
+
+
+def refused(word: str) -> str:
+    """What ZooKeeper 3.8.0 (Debian's, on this machine) answers a word it does not run."""
+    return f"{word} is not executed because it is not in the whitelist.\n"
 
 
 def mntr(addr: str) -> dict[str, str]:
@@ -38,7 +55,7 @@ def metrics(port: int) -> dict[str, float]:
 
 
 def test_mntr_counts_packets_and_latency_as_metrics_does(cluster_factory: Factory) -> None:
-    cluster = cluster_factory(3, admin=True, storage="disk", extra={"zk_tick_ms": 200})
+    cluster = cluster_factory(3, admin=True, storage="disk", extra={"zk_tick_ms": 200, **ALL})
     leader = asyncio.run(cluster.wait_leader())
     node = next(i for i in (1, 2, 3) if i != leader)  # a follower: its writes go to the leader and back
     zk = KazooClient(hosts=cluster.zk_addr(node), timeout=4.0)
@@ -109,7 +126,7 @@ def test_mntr_counts_packets_and_latency_as_metrics_does(cluster_factory: Factor
 def test_requests_on_a_bare_connection_are_counted(cluster_factory: Factory) -> None:
     """Every request read is a packet received, every answer one sent; a
     pipelined batch's latencies count from when it was read."""
-    cluster = cluster_factory(3, extra={"zk_tick_ms": 200})
+    cluster = cluster_factory(3, extra={"zk_tick_ms": 200, **ALL})
     asyncio.run(cluster.wait_leader())
     addr = cluster.zk_addr(1)
     before = mntr(addr)
@@ -130,7 +147,7 @@ def test_requests_on_a_bare_connection_are_counted(cluster_factory: Factory) -> 
 
 def test_a_node_without_a_quorum_is_not_serving(cluster_factory: Factory) -> None:
     """As ZooKeeper: the words that need a serving server say it is not."""
-    cluster = cluster_factory(3, extra={"zk_tick_ms": 200})
+    cluster = cluster_factory(3, extra={"zk_tick_ms": 200, **ALL})
     leader = asyncio.run(cluster.wait_leader())
     alone = next(i for i in (1, 2, 3) if i != leader)
     for i in (1, 2, 3):
@@ -147,3 +164,62 @@ def test_a_node_without_a_quorum_is_not_serving(cluster_factory: Factory) -> Non
         assert four_letter(cluster.zk_addr(alone), word) == "This ZooKeeper instance is not currently serving " \
                                                            "requests\n", word
     assert four_letter(cluster.zk_addr(alone), "ruok") == "imok"
+
+
+def test_only_whitelisted_words_are_answered(cluster_factory: Factory) -> None:
+    """ZooKeeper's default whitelist is srvr alone: every other word it knows,
+    ruok and isro too, gets its refusal (the counters still count it); a list
+    adds its words; isro is on in read-only mode; srvr always is."""
+    default = cluster_factory(1)
+    listed = cluster_factory(1, extra={"zk_4lw_whitelist": " ruok, cons ,,"})
+    read_only = cluster_factory(1, extra={"zk_read_only": True, "zk_4lw_whitelist": "mntr"})
+    for c in (default, listed, read_only):
+        asyncio.run(c.wait_leader())
+    addr = default.zk_addr(1)
+    assert four_letter(addr, "srvr").startswith("Zookeeper version: 3.8.0-zabd-")
+    for word in sorted(ZK_WORDS - {"srvr"}):
+        assert four_letter(addr, word) == refused(word), word
+    received = re.search(r"\nReceived: (\d+)\n", four_letter(addr, "srvr"))
+    assert received and int(received.group(1)) == len(ZK_WORDS) + 1  # every word counted, refused or not
+
+    addr = listed.zk_addr(1)
+    assert four_letter(addr, "ruok") == "imok" and "Mode: standalone\n" in four_letter(addr, "srvr")
+    assert four_letter(addr, "cons").endswith(")\n\n")
+    for word in ("stat", "conf", "mntr", "envi", "isro", "dump"):
+        assert four_letter(addr, word) == refused(word), word
+
+    addr = read_only.zk_addr(1)
+    assert four_letter(addr, "isro") == "rw" and "zk_server_state\tstandalone\n" in four_letter(addr, "mntr")
+    assert four_letter(addr, "ruok") == refused("ruok")
+
+
+@needs_zookeeper
+def test_the_same_words_answered_and_refused_as_zookeeper(tmp_path: Path, cluster_factory: Factory) -> None:
+    """Debian's ZooKeeper 3.8 and zabd with the same whitelist, every word
+    ZooKeeper knows: a refusal is the same bytes, an answered word is answered
+    by both."""
+    cases = [  # (zoo.cfg lines, JVM flags, zabd's settings)
+        ([], [], {}),
+        (["4lw.commands.whitelist=mntr, ruok ,,"], [], {"zk_4lw_whitelist": "mntr, ruok ,,"}),
+        (["4lw.commands.whitelist=conf"], ["-Dreadonlymode.enabled=true"], {"zk_4lw_whitelist": "conf",
+                                                                          "zk_read_only": True}),
+        (["4lw.commands.whitelist=*"], [], {"zk_4lw_whitelist": "*"}),
+    ]
+    zks = [StandaloneZooKeeper(tmp_path / f"zk{i}", cfg, jvm) for i, (cfg, jvm, _) in enumerate(cases)]
+    ours = [cluster_factory(1, extra=extra) for _, _, extra in cases]
+    with zookeepers(*zks):
+        for c in ours:
+            asyncio.run(c.wait_leader())
+        for zk, c, (cfg, _, _) in zip(zks, ours, cases, strict=True):
+            answered = []
+            for word in sorted(ZK_WORDS):
+                theirs = real_zk.four_letter(zk.addr, word.encode()).decode()
+                mine = four_letter(c.zk_addr(1), word)
+                if theirs == refused(word):
+                    assert mine == theirs, (cfg, word, mine)
+                elif word in FOUR_LETTER_WORDS:  # the others zabd never runs: refused under '*' too
+                    answered.append(word)
+                    assert mine != refused(word) and mine, (cfg, word, theirs)
+                    if word != "conf":  # zabd's own settings, not ZooKeeper's keys
+                        assert first(mine) == first(theirs), (cfg, word, mine, theirs)
+            assert "srvr" in answered, cfg

@@ -127,7 +127,7 @@ from zabd.kv.zk.tree import DataTree
 from zabd.server.config import ServerConfig
 from zabd.server.replica import Replica
 from zabd.server.zk_port import ZKClientLink
-from zabd.server.zk_words import FOUR_LETTER_WORDS
+from zabd.server.zk_words import ZK_WORDS
 from zabd.storage.base import MemoryStorage
 
 EPOCH = 64  # inputs per fresh replica
@@ -303,7 +303,7 @@ class Harness:
         self.logs = logs
         self.wait_connect = wait_connect
         self.cfg = ServerConfig(id=1, peers={1: "127.0.0.1:1"}, client="127.0.0.1:2", zookeeper="127.0.0.1:3",
-                                storage="memory", zk_read_only=True, zk_tick_ms=ZK_TICK_MS,
+                                storage="memory", zk_read_only=True, zk_tick_ms=ZK_TICK_MS, zk_4lw_whitelist=["*"],
                                 zk_max_data=ZK_MAX_DATA, zk_super_digest=digest_id(*SUPER))
         self.kicked = False
         self.failure: BaseException | None = None
@@ -639,7 +639,7 @@ def check_conn(c: ConnRun, tick_ms: int) -> set[tuple[Any, ...]]:
             raise Violation("output before a whole header", repr(out[:40]))
         return {("short",)}
     word = delivered[:4].decode("latin-1")
-    if word in FOUR_LETTER_WORDS:
+    if word in ZK_WORDS:  # answered, or refused in text
         try:
             out.decode("utf-8")
         except UnicodeDecodeError:
@@ -880,7 +880,7 @@ class Generator:
         x = r.random()
         if x < 0.05:
             near = ("RUOK", "ruo", "kill", "\0\0\0\0")
-            word = r.choice(sorted(FOUR_LETTER_WORDS)) if r.random() < 0.8 else r.choice(near)
+            word = r.choice(sorted(ZK_WORDS)) if r.random() < 0.8 else r.choice(near)
             junk = r.randbytes(r.choice((0, 0, 3, 20)))
             return {"kind": "raw", "hex": (word.encode() + junk).hex()}
         if x < 0.09:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from zabd.server.auth import TokenFileError, load_tokens
+from zabd.server.zk_words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS, ZK_WORDS
 from zabd.tls import tls_files_problem
 
 ENV_PREFIX = "ZABD_"
@@ -158,6 +159,13 @@ class ServerConfig(BaseModel):
     zk_tick_ms: int = Field(default=2000, ge=10, le=60_000)
     zk_max_data: int = Field(default=1 << 20, ge=1, le=1 << 30)
     zk_super_digest: str = ""
+    # ZooKeeper's 4lw.commands.whitelist: the four-letter words its client port
+    # answers (a list, or ZooKeeper's comma-separated string; env: 'srvr,mntr').
+    # "*" is every word; srvr is always answered, and isro when zk_read_only is
+    # on, as in ZooKeeper; any other word gets ZooKeeper's refusal. The default
+    # is ZooKeeper's: cons/stat (client addresses, session ids), conf/envi/dirs
+    # (data directory, host) and mntr stay closed until they are listed.
+    zk_4lw_whitelist: list[str] = Field(default_factory=lambda: list(DEFAULT_WHITELIST))
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -166,6 +174,27 @@ class ServerConfig(BaseModel):
     def _super_digest(cls, value: str) -> str:
         if value and len(value.split(":")) != 2:
             raise ValueError("expected user:base64(sha1(user:password)), as zabd.kv.zk.acl.digest_id makes it")
+        return value
+
+    @field_validator("zk_4lw_whitelist", mode="before")
+    @classmethod
+    def _4lw_split(cls, value: Any) -> Any:
+        # ZooKeeper's form, "srvr, mntr", in TOML or the environment; blanks are skipped, as ZooKeeper skips them
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, list):
+            return [w.strip() if isinstance(w, str) else w for w in value if not (isinstance(w, str) and not w.strip())]
+        return value
+
+    @field_validator("zk_4lw_whitelist")
+    @classmethod
+    def _4lw_words(cls, value: list[str]) -> list[str]:
+        expected = f"expected some of {', '.join(sorted(FOUR_LETTER_WORDS))}, or '*'"
+        for word in value:
+            if word in ZK_WORDS and word not in FOUR_LETTER_WORDS:
+                raise ValueError(f"{word!r} is a ZooKeeper word zabd does not answer; {expected}")
+            if word != "*" and word not in FOUR_LETTER_WORDS:
+                raise ValueError(f"{word!r} is not a four-letter word; {expected}")
         return value
 
     @field_validator("peers", mode="before")
@@ -312,6 +341,8 @@ def _expected(field: str) -> str:
     if info is None:
         return f"one of the fields {', '.join(FIELDS)}"
     ann = info.annotation
+    if field == "zk_4lw_whitelist":
+        return "a list of four-letter words or '*' (env: 'srvr,mntr')"
     if field == "peers":
         return "a table of node id -> 'host:port' (env: '1=host:port,2=host:port')"
     if field == "observers":

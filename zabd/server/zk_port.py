@@ -4,7 +4,8 @@ A connection's first frame is a ``ConnectRequest``; every later one a
 request (``zabd.codec.jute``), handed to ``ZKSessions`` as the records the
 msgpack port hands it, so both ports share sessions, order and watches. A
 connection whose first four bytes are a four-letter word (``ruok``,
-``srvr``, ...) is answered in text and closed (``zabd.server.zk_words``).
+``srvr``, ...) is answered in text and closed (``zabd.server.zk_words``:
+the words of ``zk_4lw_whitelist``, ZooKeeper's refusal for the others).
 
 What differs from the msgpack port is only the bytes (``JuteWire``): a reply
 body depends on the request's opcode, an ``exists`` of a missing node is the
@@ -36,7 +37,7 @@ from zabd.server.client_session import ClientSession
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zk_sessions import ZKSessions
 from zabd.server.zk_stats import Client, ConnStats, PortStats
-from zabd.server.zk_words import FOUR_LETTER_WORDS, Status
+from zabd.server.zk_words import ZK_WORDS, Status
 from zabd.tls import server_context
 
 # requests this server answers Unimplemented (the connection stays open)
@@ -291,7 +292,7 @@ class ZKClientLink(ClientLink):
                 return
             self._head = None
             word = head[:4].decode("latin-1")
-            if word in FOUR_LETTER_WORDS:
+            if word in ZK_WORDS:
                 self.port.words(self.session, word)
                 return
             data = head
@@ -319,9 +320,10 @@ class ZKClientLink(ClientLink):
         self.port.closed(self.session)
 
 
-# what ``conf`` shows (never a secret such as the superuser digest)
+# what ``conf`` shows (never a secret such as the superuser digest); the words read zk_read_only and
+# zk_4lw_whitelist from here
 CONF_FIELDS = ("id", "client", "zookeeper", "peers", "tick_ms", "zk_tick_ms", "zk_max_data", "zk_read_only", "storage",
-               "data_dir", "snap_count", "fsync")
+               "data_dir", "snap_count", "fsync", "zk_4lw_whitelist")
 
 
 def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, status: Status,

@@ -5,6 +5,13 @@ ZooKeeper 3.8's format, then the connection closes. Monitoring tools read
 ``mntr``, kazoo's ``server_version()`` reads ``envi``. The numbers are the
 status report's (``zabd status``), and ``mntr_rows`` is also what
 ``/metrics`` exports as ``zabd_zk_*``: one source for both.
+
+Only the words of ``zk_4lw_whitelist`` are answered, as ZooKeeper 3.8 answers
+only those of ``4lw.commands.whitelist`` (its ``FourLetterCommands.isEnabled``):
+``cons`` and ``stat`` list client addresses and session ids, ``conf`` and
+``envi`` the data directory and the host, so by default anyone who can reach
+the port gets ``srvr`` alone. Any other word ZooKeeper knows is answered with
+its one-line refusal, byte for byte.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from zabd.server.zk_stats import Client
@@ -19,6 +27,13 @@ from zabd.server.zk_stats import Client
 # what ZooKeeper's clients parse a version from; zabd speaks its 3.8 protocol
 COMPAT_VERSION = "3.8.0"
 FOUR_LETTER_WORDS = frozenset({"ruok", "srvr", "stat", "mntr", "conf", "envi", "cons", "wchs", "dirs", "isro"})
+# every word ZooKeeper 3.8 knows (FourLetterCommands' table, less the telnet
+# close bytes, which are not a word): a connection that opens with one is
+# answered in text, even where zabd does not serve the word, so that a probe
+# reads the same bytes from zabd as from ZooKeeper
+ZK_WORDS = FOUR_LETTER_WORDS | {"crst", "dump", "gtmk", "stmk", "srst", "wchc", "wchp", "hash"}
+# ZooKeeper's 4lw.commands.whitelist when it is not set
+DEFAULT_WHITELIST = ("srvr",)
 # ZooKeeper's answer to these words while it serves no clients
 NEEDS_SERVING = frozenset({"srvr", "stat", "mntr", "conf", "cons", "wchs", "dirs"})
 NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"
@@ -152,8 +167,30 @@ def _envi() -> str:
     return "Environment:\n" + "".join(f"{k}={v}\n" for k, v in rows)
 
 
+def enabled_words(whitelist: Iterable[str], read_only: bool) -> frozenset[str]:
+    """The words answered, as ZooKeeper's ``FourLetterCommands.isEnabled`` makes
+    its set from ``4lw.commands.whitelist``: ``*`` is every word (here: every
+    word zabd answers); ``srvr`` is always on (ZooKeeper's zkServer.sh reads
+    it); ``isro`` is on in read-only mode, where clients ask it to find a
+    read-write server."""
+    words = set(FOUR_LETTER_WORDS) if "*" in whitelist else set(whitelist)
+    words.add("srvr")
+    if read_only:
+        words.add("isro")
+    return frozenset(words & FOUR_LETTER_WORDS)
+
+
+def refusal(word: str) -> str:
+    """ZooKeeper's answer to a word it knows and does not run (its NopCommand's line)."""
+    return f"{word} is not executed because it is not in the whitelist.\n"
+
+
 def answer(word: str, server: Server) -> str:
     """The text ZooKeeper answers ``word`` with."""
+    conf = server.conf
+    if word not in enabled_words(conf.get("zk_4lw_whitelist", DEFAULT_WHITELIST), bool(conf.get("zk_read_only"))):
+        # before anything else: ZooKeeper checks the whitelist first, serving or not
+        return refusal(word)
     if word == "ruok":
         return "imok"
     if word == "envi":
