@@ -1,4 +1,6 @@
-"""The admin port on real servers: /health, /status and /metrics over HTTP."""
+"""The admin port on real servers: /health, /status and /metrics over HTTP.
+/status tells no more than the four-letter words anyone may send to
+ZooKeeper's port (zk_4lw_whitelist)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from zabd.client import Client
 from zabd.client.spawn import LocalCluster
+from zabd.server.admin import STATUS_WORDS, visible_status
+from zabd.server.zk_words import FOUR_LETTER_WORDS
 
 Factory = Callable[..., LocalCluster]
 
@@ -26,11 +30,13 @@ def get(port: int, path: str) -> tuple[int, str, bytes]:
 
 
 async def test_health_status_and_metrics(cluster_factory: Factory) -> None:
-    cluster = cluster_factory(3, admin=True, storage="disk")
+    # mntr and conf: every part of /status is shown, as `zabd status` shows it on the client port
+    cluster = cluster_factory(3, admin=True, storage="disk", extra={"zk_4lw_whitelist": "mntr, conf"})
     leader = await cluster.wait_leader()
     async with await Client.connect(cluster.client_addr(leader)) as c:
         for k in range(20):
             await c.put(f"k{k}", b"v")
+        full = (await c.status()).model_dump()
     for i in (1, 2, 3):
         code, ctype, body = await asyncio.to_thread(get, cluster.admin_ports[i], "/health")
         assert code == 200 and ctype == "application/json"
@@ -38,6 +44,7 @@ async def test_health_status_and_metrics(cluster_factory: Factory) -> None:
     code, _, body = await asyncio.to_thread(get, cluster.admin_ports[leader], "/status")
     st = json.loads(body)
     assert code == 200 and st["id"] == leader and st["role"] == "leading" and st["followers_synced"] == 2
+    assert "withheld" not in st and st.keys() == full.keys() and st["zk"].keys() == full["zk"].keys()
     code, ctype, body = await asyncio.to_thread(get, cluster.admin_ports[leader], "/metrics")
     assert code == 200 and ctype.startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
@@ -103,3 +110,45 @@ async def test_a_bad_request_gets_400_and_the_port_serves_on(cluster_factory: Fa
     assert got.startswith(b"HTTP/1.1 400")
     code, _, _ = await asyncio.to_thread(get, port, "/health")
     assert code == 200
+
+
+async def test_status_shows_only_what_the_whitelisted_words_show(cluster_factory: Factory) -> None:
+    """By default (srvr alone) /status is srvr's part: no configuration, no
+    counters; with mntr the counters too, not the configuration. /health and
+    /metrics (srvr's and mntr's numbers, no address or path) are the same."""
+    default = cluster_factory(1, admin=True, storage="disk")
+    counters = cluster_factory(1, admin=True, storage="disk", extra={"zk_4lw_whitelist": ["mntr"]})
+    await default.wait_leader()
+    await counters.wait_leader()
+    async with await Client.connect(default.client_addr(1)) as c:
+        full = (await c.status()).model_dump()  # the client port's document, for its keys
+
+    _, _, body = await asyncio.to_thread(get, default.admin_ports[1], "/status")
+    st = json.loads(body)
+    srvr = {k for k, w in STATUS_WORDS.items() if w == "srvr"}
+    assert {k for k in st if k not in ("zk", "withheld")} | {f"zk.{k}" for k in st["zk"]} == srvr
+    assert st["withheld"] == ["conf", "mntr"]  # every part of the real document has its word: none needs "*"
+    assert st["role"] == "leading" and st["zk"]["znodes"] == full["zk"]["znodes"]
+    assert "zookeeper_port" not in st and "peers" not in st and "sessions" not in st["zk"]
+    code, _, body = await asyncio.to_thread(get, default.admin_ports[1], "/health")
+    assert code == 200 and json.loads(body)["serving"] is True
+    _, _, body = await asyncio.to_thread(get, default.admin_ports[1], "/metrics")
+    names = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert {"zabd_zk_znode_count", "zabd_zk_global_sessions", "zabd_log_bytes", "zabd_epoch"} <= names
+
+    _, _, body = await asyncio.to_thread(get, counters.admin_ports[1], "/status")
+    st = json.loads(body)
+    assert st["withheld"] == ["conf"] and "zookeeper_port" not in st and "membership" not in st
+    assert "current_epoch" in st and "sessions" in st["zk"] and "storage_stats" in st
+
+
+def test_a_status_part_nobody_classified_needs_every_word() -> None:
+    """A part added to the status without a word in STATUS_WORDS is withheld
+    until every word is whitelisted: it may be one that cons would show."""
+    st = {"id": 1, "role": "leading", "peers": [2, 3], "kv_keys": 4, "client_addrs": ["10.0.0.1:5000"],
+          "zk": {"znodes": 5, "digest": "ab", "by_addr": {"10.0.0.1:5000": 1}}}
+    assert visible_status(st, {"srvr"}) == {"id": 1, "role": "leading", "zk": {"znodes": 5},
+                                            "withheld": ["*", "conf", "mntr"]}
+    assert visible_status(st, {"srvr", "conf", "mntr"}) == {"id": 1, "role": "leading", "peers": [2, 3], "kv_keys": 4,
+                                                            "zk": {"znodes": 5, "digest": "ab"}, "withheld": ["*"]}
+    assert visible_status(st, FOUR_LETTER_WORDS) == st

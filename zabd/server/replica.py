@@ -52,6 +52,7 @@ from zabd.server.sync import SyncService
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zk_expiry import zookeeper_layer
 from zabd.server.zk_port import open_zookeeper_port
+from zabd.server.zk_words import enabled_words
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
@@ -99,7 +100,9 @@ class Replica:
             config, self.node, self.applier, self.transport, storage, self.sync, self.machine, self.snapshotter,
             self.gc_timer, self.proposals, self.watches, self.roles,
         )
-        self.admin = AdminServer(self.status, registry(self._collector()), self.log)
+        # the admin port tells no more than the four-letter words anyone may send
+        self.admin = AdminServer(self.status, registry(self._collector()), self.log,
+                                 enabled_words(config.zk_4lw_whitelist, config.zk_read_only))
         # ZooKeeper sessions live beside the KV store in the same machine
         self.zk, self.keeper = zookeeper_layer(config, self.node, self.machine, self.proposals, self, self.log)
         self.zk_port = open_zookeeper_port(self.transport, self.zk, self.status, self._kick, self.log)
