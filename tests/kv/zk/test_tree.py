@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from zabd.codec import zk_txn as tx
-from zabd.kv.zk.acl import ACL, ADMIN, ALL, ANYONE, OPEN_ACL_UNSAFE, READ, READ_ACL_UNSAFE, Id
+from zabd.kv.zk.acl import ACL, ADMIN, ALL, ANYONE, OPEN_ACL_UNSAFE, READ, READ_ACL_UNSAFE, Id, digest_id
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.events import EventType
 from zabd.kv.zk.prep import ZKLeader, next_version
@@ -209,7 +209,8 @@ def test_create_stat_of_every_mode(mode: int, kw: dict[str, int], seq: bool) -> 
     assert zk.tree.nodes[r.path].data == b"hello"
     # the parent: cversion + 1, pzxid = the zxid, one more child; nothing else
     assert zk.stat("/p") == before._replace(cversion=before.cversion + 1, pzxid=zxid, numChildren=1)
-    assert zk.sa.triggers == [(EventType.NODE_CREATED, r.path), (EventType.NODE_CHILDREN_CHANGED, "/p")]
+    assert zk.sa.triggers == [(EventType.NODE_CREATED, r.path, OPEN_ACL_UNSAFE),
+                              (EventType.NODE_CHILDREN_CHANGED, "/p", OPEN_ACL_UNSAFE)]
 
 
 def test_create_under_root_and_in_depth() -> None:
@@ -240,7 +241,7 @@ def test_set_data_stat() -> None:
     assert r == StatResult(expected)
     assert zk.stat("/n") == expected
     assert zk.tree.nodes["/n"].data == b"twotwo"
-    assert zk.sa.triggers == [(EventType.NODE_DATA_CHANGED, "/n")]
+    assert zk.sa.triggers == [(EventType.NODE_DATA_CHANGED, "/n", OPEN_ACL_UNSAFE)]
     # the parent is untouched by a child's data change
     root = zk.stat("/")
     zk.w(SetData("/n/c", b"x"))
@@ -267,7 +268,7 @@ def test_set_data_of_a_session_nobody_here_answers_has_no_result() -> None:
     part = [skipping.tree.apply(z, p, answered={8}) for z, p in skipping.pending]
     assert isinstance(full[0], StatResult) and isinstance(full[1], StatResult)
     assert [a.result for a in part] == [None, full[1], ErrorResult(Code.NO_NODE)]
-    assert [a.triggers for a in part] == [[(EventType.NODE_DATA_CHANGED, "/n")]] * 2 + [[]]
+    assert [a.triggers for a in part] == [[(EventType.NODE_DATA_CHANGED, "/n", OPEN_ACL_UNSAFE)]] * 2 + [[]]
     assert skipping.tree.stat("/n") == answering.tree.stat("/n") == full[1].stat
     assert skipping.tree.nodes["/n"].data == answering.tree.nodes["/n"].data == b"three"
     assert skipping.tree.digest == answering.tree.digest
@@ -327,6 +328,28 @@ def test_null_and_empty_data_hash_apart() -> None:
     assert a.stat("/n") == b.stat("/n") and a.tree.digest != b.tree.digest
 
 
+def test_triggers_carry_the_acl_a_watcher_needs_read_on() -> None:
+    """ZooKeeper 3.8.4's DataTree (CVE-2024-23944) hands each event the ACL
+    its watchers need READ on: the node's own as it is when changed (a deleted
+    node's last one), the parent's for children-changed; setACL fires nothing."""
+    zk = ZK()
+    alice = Id("digest", digest_id("alice", "pw"))
+    mine = (ACL(ALL, alice),)
+    parents = (ACL(ALL, ANYONE), ACL(READ, Id("ip", "10.0.0.1")))
+    zk.create("/p", acl=parents)
+    zk.create("/p/c", acl=mine)
+    assert zk.sa.triggers == [(EventType.NODE_CREATED, "/p/c", mine), (EventType.NODE_CHILDREN_CHANGED, "/p", parents)]
+    zk.w(SetData("/p/c", b"x"), auth=(alice,))
+    assert zk.sa.triggers == [(EventType.NODE_DATA_CHANGED, "/p/c", mine)]
+    zk.w(SetACL("/p/c", OPEN_ACL_UNSAFE), auth=(alice,))
+    assert zk.sa.triggers == []
+    zk.w(SetData("/p/c", b"y"))
+    assert zk.sa.triggers == [(EventType.NODE_DATA_CHANGED, "/p/c", OPEN_ACL_UNSAFE)]
+    zk.w(SetACL("/p/c", mine))
+    assert zk.w(Delete("/p/c")) == DeleteResult()
+    assert zk.sa.triggers == [(EventType.NODE_DELETED, "/p/c", mine), (EventType.NODE_CHILDREN_CHANGED, "/p", parents)]
+
+
 def test_delete_child_moves_the_parents_pzxid_not_its_stored_cversion() -> None:
     zk = ZK()
     zk.create("/p")
@@ -341,7 +364,8 @@ def test_delete_child_moves_the_parents_pzxid_not_its_stored_cversion() -> None:
     assert zk.stat("/p") == before._replace(pzxid=zxid, numChildren=1, cversion=3)
     assert zk.tree.nodes["/p"].cversion == 2
     assert zk.tree.stat("/p/a") is None
-    assert zk.sa.triggers == [(EventType.NODE_DELETED, "/p/a"), (EventType.NODE_CHILDREN_CHANGED, "/p")]
+    assert zk.sa.triggers == [(EventType.NODE_DELETED, "/p/a", OPEN_ACL_UNSAFE),
+                              (EventType.NODE_CHILDREN_CHANGED, "/p", OPEN_ACL_UNSAFE)]
 
 
 # From a client, a child's delete bumps the parent's cversion (DataNode.copyStat: creates * 2 -
@@ -521,10 +545,10 @@ def test_ephemerals_go_with_their_session() -> None:
     assert zk.stat("/p") == parent._replace(pzxid=zxid, numChildren=2, cversion=parent.cversion + 2)
     assert zk.tree.ephemerals_of(zk.sid) == []
     assert zk.sid not in zk.tree.sessions and other in zk.tree.sessions
-    deleted = [p for kind, p in zk.sa.triggers if kind == EventType.NODE_DELETED]
+    deleted = [p for kind, p, _ in zk.sa.triggers if kind == EventType.NODE_DELETED]
     assert sorted(deleted) == sorted([e1, e2, e3])
-    assert (EventType.NODE_CHILDREN_CHANGED, "/p") in zk.sa.triggers
-    assert (EventType.NODE_CHILDREN_CHANGED, "/") in zk.sa.triggers
+    assert (EventType.NODE_CHILDREN_CHANGED, "/p", OPEN_ACL_UNSAFE) in zk.sa.triggers
+    assert (EventType.NODE_CHILDREN_CHANGED, "/", OPEN_ACL_UNSAFE) in zk.sa.triggers
 
 
 def test_deleted_ephemeral_leaves_the_sessions_list() -> None:

@@ -10,6 +10,10 @@ does (getData: a data watch; exists: a data watch if the node exists, an
 exist watch if not; getChildren: a child watch; none when the read fails).
 Owners stand for connections.
 
+An event reaches only an owner whose ids have READ on the changed node's
+ACL, the parent's for children-changed (ZooKeeper 3.8.4's
+``ServerCnxn.process(event, acl)``, CVE-2024-23944): the last section.
+
 Where ZooKeeper's versions differ, the rule tested is ZooKeeper 3.9's
 (ZOOKEEPER-4466: a connection's standard and persistent watches on one path
 are kept side by side; ZOOKEEPER-4472: removeWatches by Persistent and
@@ -24,7 +28,7 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
-from zabd.kv.zk.acl import OPEN_ACL_UNSAFE
+from zabd.kv.zk.acl import ACL, ALL, ANYONE, OPEN_ACL_UNSAFE, READ, SUPER, WRITE, Id, digest_id
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.events import EventType
 from zabd.kv.zk.reads import serve
@@ -69,6 +73,9 @@ CHANGED = EventType.NODE_DATA_CHANGED
 KIDS = EventType.NODE_CHILDREN_CHANGED
 
 A, B, C, D = "conn-a", "conn-b", "conn-c", "conn-d"
+LOCAL = (Id("ip", "127.0.0.1"),)  # what every connection proves: its address
+ALICE = Id("digest", digest_id("alice", "secret"))
+ALICE_ONLY = (ACL(ALL, ALICE),)
 
 
 class Server:
@@ -78,18 +85,20 @@ class Server:
         self.zk = Standalone()
         self.wm = WatchManager()
         self.s = self.zk.session()
+        self.ids: dict[Hashable, tuple[Id, ...]] = {}  # an owner's ids (ZKConn.auth); LOCAL if not set
 
     # ------------------------------------------------------------- writes
 
-    def do(self, req: Write, session: int | None = None) -> tuple[WriteResult, list[Event]]:
-        result = self.zk.write(self.s if session is None else session, req)
-        return result, self.wm.trigger(self.zk.triggers)
+    def do(self, req: Write, session: int | None = None, auth: Sequence[Id] = ()) -> tuple[WriteResult, list[Event]]:
+        result = self.zk.write(self.s if session is None else session, req, auth)
+        return result, self.wm.trigger(self.zk.triggers, lambda owner: self.ids.get(owner, LOCAL))
 
-    def events(self, req: Write, session: int | None = None) -> list[Event]:
-        return self.do(req, session)[1]
+    def events(self, req: Write, session: int | None = None, auth: Sequence[Id] = ()) -> list[Event]:
+        return self.do(req, session, auth)[1]
 
-    def create(self, path: str, data: bytes = b"", mode: int = 0, session: int | None = None) -> list[Event]:
-        result, events = self.do(Create(path, data, mode=mode), session)
+    def create(self, path: str, data: bytes = b"", mode: int = 0, session: int | None = None,
+               acl: tuple[ACL, ...] = OPEN_ACL_UNSAFE) -> list[Event]:
+        result, events = self.do(Create(path, data, acl, mode=mode), session)
         assert isinstance(result, CreateResult), result
         return events
 
@@ -106,17 +115,18 @@ class Server:
     # -------------------------------------------------------------- reads
 
     def get_data(self, owner: Hashable, path: str) -> None:
-        if not isinstance(serve(self.zk.tree, GetData(path, True), (), self.s), ErrorResult):
+        if not isinstance(serve(self.zk.tree, GetData(path, True), self.ids.get(owner, LOCAL), self.s), ErrorResult):
             self.wm.add(owner, path, WatchKind.DATA)
 
     def exists(self, owner: Hashable, path: str) -> bool:
-        result = serve(self.zk.tree, Exists(path, True), (), self.s)
+        result = serve(self.zk.tree, Exists(path, True), self.ids.get(owner, LOCAL), self.s)
         assert isinstance(result, ExistsResult)
         self.wm.add(owner, path, WatchKind.DATA if result.stat is not None else WatchKind.EXIST)
         return result.stat is not None
 
     def get_children(self, owner: Hashable, path: str) -> None:
-        if not isinstance(serve(self.zk.tree, GetChildren(path, True), (), self.s), ErrorResult):
+        if not isinstance(serve(self.zk.tree, GetChildren(path, True), self.ids.get(owner, LOCAL), self.s),
+                          ErrorResult):
             self.wm.add(owner, path, WatchKind.CHILD)
 
     def add_watch(self, owner: Hashable, path: str, recursive: bool = False) -> None:
@@ -858,3 +868,123 @@ def test_several_owners_with_every_kind_of_watch_on_one_path(zk: Server) -> None
     assert sorted(events) == sorted([(A, DELETED, "/a"), (B, DELETED, "/a"), (C, DELETED, "/a"),
                                      (D, DELETED, "/a")])
     assert zk.wm.by_owner() == {C: ["/a"], D: ["/"]}
+
+
+# ------------------------------------------ READ checked when a watch fires
+
+
+def acl_zk() -> Server:
+    """A server where B proved alice's digest, C is the superuser, A is nobody."""
+    zk = Server()
+    zk.ids = {A: LOCAL, B: (*LOCAL, ALICE), C: (*LOCAL, SUPER)}
+    return zk
+
+
+def test_a_data_watch_on_a_node_made_digest_only_hears_nothing_of_its_delete() -> None:
+    """The case reported: getData watch, the ACL becomes digest-only (setACL
+    fires nothing), the node is deleted: ZooKeeper 3.8.4 sends A nothing, and
+    A's one-shot watch is used up all the same (removed before the check)."""
+    zk = acl_zk()
+    zk.create("/n")
+    for owner in (A, B, C):
+        zk.get_data(owner, "/n")
+    assert zk.events(SetACL("/n", ALICE_ONLY)) == []
+    assert zk.events(Delete("/n"), auth=(ALICE,)) == [(B, DELETED, "/n"), (C, DELETED, "/n")]
+    assert zk.check_watches(A, "/n", DATA) == Code.NO_WATCHER and len(zk.wm) == 0
+
+
+def test_a_data_change_needs_read_on_the_acl_the_node_has_then() -> None:
+    zk = acl_zk()
+    zk.create("/n")
+    zk.get_data(A, "/n")
+    zk.exists(B, "/n")
+    zk.events(SetACL("/n", ALICE_ONLY))
+    assert zk.events(SetData("/n", b"x"), auth=(ALICE,)) == [(B, CHANGED, "/n")]
+    zk.get_data(A, "/n")  # refused: no READ; no watch either
+    assert len(zk.wm) == 0
+
+
+def test_an_exist_watch_hears_a_create_only_with_read_on_the_new_nodes_acl() -> None:
+    zk = acl_zk()
+    for owner in (A, B):
+        assert not zk.exists(owner, "/n")
+    assert zk.events(Create("/n", acl=ALICE_ONLY)) == [(B, CREATED, "/n")]
+    assert len(zk.wm) == 0  # A's used up too
+
+
+def test_a_child_watch_needs_read_on_the_parent_not_on_the_child() -> None:
+    zk = acl_zk()
+    zk.create("/p")
+    for owner in (A, B):
+        zk.get_children(owner, "/p")
+    # a child nobody but alice may read: its parent is open, so the children-changed goes to all
+    assert zk.events(Create("/p/secret", acl=ALICE_ONLY)) == [(A, KIDS, "/p"), (B, KIDS, "/p")]
+    for owner in (A, B):
+        zk.get_children(owner, "/p")
+    zk.events(SetACL("/p", ALICE_ONLY))
+    assert zk.events(Create("/p/open"), auth=(ALICE,)) == [(B, KIDS, "/p")]
+    zk.get_children(B, "/p")
+    zk.add_watch(A, "/p/open")  # a child watch of its own: its delete is checked on the child's ACL
+    zk.get_children(A, "/p/open")
+    assert zk.events(Delete("/p/open"), auth=(ALICE,)) == [(A, DELETED, "/p/open"), (B, KIDS, "/p")]
+
+
+def test_a_persistent_watch_stays_while_its_events_are_withheld() -> None:
+    zk = acl_zk()
+    zk.create("/n")
+    zk.add_watch(A, "/n")
+    zk.events(SetACL("/n", ALICE_ONLY))
+    assert zk.events(SetData("/n", b"1"), auth=(ALICE,)) == []
+    assert zk.events(Create("/n/c", acl=OPEN_ACL_UNSAFE), auth=(ALICE,)) == []  # children-changed: /n's ACL
+    assert zk.check_watches(A, "/n", PERSISTENT_TYPE) == Code.OK
+    zk.events(SetACL("/n", OPEN_ACL_UNSAFE), auth=(ALICE,))
+    assert zk.events(SetData("/n", b"2")) == [(A, CHANGED, "/n")]
+
+
+def test_a_recursive_watch_hears_of_the_nodes_below_it_it_may_read() -> None:
+    """CVE-2024-23944 itself: a persistent-recursive watch on a path one may
+    read told the paths of every node created, changed or deleted below it.
+    The check is on the changed node's ACL, not the watched one's."""
+    zk = acl_zk()
+    zk.create("/app")
+    for owner in (A, B, C):
+        zk.add_watch(owner, "/app", recursive=True)
+    assert zk.events(Create("/app/user-bob", acl=ALICE_ONLY)) == [(B, CREATED, "/app/user-bob"),
+                                                                 (C, CREATED, "/app/user-bob")]
+    assert zk.events(Create("/app/user-bob/key", acl=OPEN_ACL_UNSAFE), auth=(ALICE,)) == [
+        (A, CREATED, "/app/user-bob/key"), (B, CREATED, "/app/user-bob/key"), (C, CREATED, "/app/user-bob/key")]
+    assert zk.events(SetData("/app/user-bob", b"x"), auth=(ALICE,)) == [(B, CHANGED, "/app/user-bob"),
+                                                                       (C, CHANGED, "/app/user-bob")]
+    assert zk.events(Delete("/app/user-bob/key"), auth=(ALICE,)) == [
+        (A, DELETED, "/app/user-bob/key"), (B, DELETED, "/app/user-bob/key"), (C, DELETED, "/app/user-bob/key")]
+    assert zk.events(Delete("/app/user-bob"), auth=(ALICE,)) == [(B, DELETED, "/app/user-bob"),
+                                                                (C, DELETED, "/app/user-bob")]
+    assert zk.events(Create("/app/open")) == [(A, CREATED, "/app/open"), (B, CREATED, "/app/open"),
+                                              (C, CREATED, "/app/open")]
+
+
+def test_ip_and_world_entries_and_an_acl_without_read() -> None:
+    zk = acl_zk()
+    zk.ids[D] = (Id("ip", "10.1.2.3"),)
+    ten = (ACL(READ, Id("ip", "10.0.0.0/8")), ACL(ALL, ALICE))
+    zk.create("/n", acl=ten)
+    for owner in (A, D):
+        zk.add_watch(owner, "/n")
+    assert zk.events(SetData("/n", b"x"), auth=(ALICE,)) == [(D, CHANGED, "/n")]
+    zk.events(SetACL("/n", (ACL(READ, ANYONE), ACL(ALL, ALICE))), auth=(ALICE,))
+    assert zk.events(SetData("/n", b"y"), auth=(ALICE,)) == [(A, CHANGED, "/n"), (D, CHANGED, "/n")]
+    # anyone may write, nobody may read: the writes fire watches that nobody hears
+    zk.events(SetACL("/n", (ACL(ALL & ~READ, ANYONE),)), auth=(ALICE,))
+    assert zk.events(SetData("/n", b"z")) == []
+    assert zk.events(SetData("/n", b"w"), auth=(ALICE,)) == []
+    assert zk.events(SetACL("/n", (ACL(WRITE, ANYONE), ACL(READ, ALICE)))) == []
+
+
+def test_set_watches_events_are_not_checked() -> None:
+    """ZooKeeper's setWatches delivers what changed since the client's zxid
+    without an ACL (DataTree.setWatches calls process(event)), in 3.8.4 too."""
+    zk = acl_zk()
+    zk.create("/n", acl=ALICE_ONLY)
+    last = zk.zk.zxid
+    zk.events(SetData("/n", b"x"), auth=(ALICE,))
+    assert zk.set_watches(A, last, data=["/n"]) == [(A, CHANGED, "/n")]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from zabd.kv.zk.acl import ACL
+
 
 class EventType(IntEnum):
     NONE = -1
@@ -28,7 +30,11 @@ class KeeperState(IntEnum):
     CLOSED = 7
 
 
-# What applying a txn changed, as the tree reports it: (event type, path), in
-# ZooKeeper's order. NODE_CHILDREN_CHANGED names the parent whose children
-# changed; NODE_DELETED also ends child watches on that path.
-Trigger = tuple[EventType, str]
+# What applying a txn changed, as the tree reports it: (event type, path, the
+# ACL an event needs READ on), in ZooKeeper's order. NODE_CHILDREN_CHANGED
+# names the parent whose children changed and carries the parent's ACL; the
+# others carry the node's own, as it was when the change was applied (a
+# deleted node's last one), as ZooKeeper's DataTree hands them to
+# WatchManager.triggerWatch since 3.8.4 (CVE-2024-23944). NODE_DELETED also
+# ends child watches on that path.
+Trigger = tuple[EventType, str, tuple[ACL, ...]]

@@ -480,8 +480,8 @@ class DataTree:
         else:  # a replay over a newer parent (kept for idempotence, as ZooKeeper does)
             self._relink(ppath, parent, path, None, pz, cv)
         self._index(path, owner)
-        triggers.append((_CREATED, path))
-        triggers.append((_CHILDREN_CHANGED, ppath))
+        triggers.append((_CREATED, path, node.acl))
+        triggers.append((_CHILDREN_CHANGED, ppath, parent.acl))
         return CreateResult(path, node.stat())
 
     def _delete(self, zxid: int, path: str, triggers: list[Trigger]) -> WriteResult:
@@ -496,8 +496,8 @@ class DataTree:
         _, _, pz, _, _, _, cv, _, _ = parent.header()
         self._relink(ppath, parent, None, path, max(zxid, pz), cv)
         self._unindex(path, node.owner)
-        triggers.append((_DELETED, path))
-        triggers.append((_CHILDREN_CHANGED, ppath))
+        triggers.append((_DELETED, path, node.acl))  # its last ACL: who may read it hears it went
+        triggers.append((_CHILDREN_CHANGED, ppath, parent.acl))
         return DeleteResult()
 
     def _set_data(self, zxid: int, time_ms: int, path: str, data: bytes | None, version: int,
@@ -511,7 +511,7 @@ class DataTree:
         kids = n.children
         new = NullDataZNode(head, n.acl, kids) if data is None else ZNode(head + data, n.acl, kids)
         self._replace_data(path, n, new)
-        triggers.append((_DATA_CHANGED, path))
+        triggers.append((_DATA_CHANGED, path, n.acl))
         if not answer:
             return None
         count = len(kids) if kids else 0

@@ -10,6 +10,16 @@ the child table serves. A delete fires the data table and then the child
 table, and nobody hears of it twice. Owners are opaque (a connection): the
 order in which they hear of one change is the order their watches were set,
 so every run of the same history notifies the same way.
+
+An event goes only to an owner whose ids have READ on the ACL the change
+carries (the node's own, as it was when changed: a deleted node's last one;
+the parent's for children-changed), as ZooKeeper's connections check since
+3.8.4 (CVE-2024-23944: a watch on a path would otherwise tell who may not
+read a node that it changed, and a persistent-recursive one the paths of
+every node below it). A one-shot watch whose event is withheld is used up
+all the same, as in ZooKeeper, whose WatchManager removes it before the
+check. Events of ``set_watches`` are not checked (ZooKeeper's setWatches
+delivers them without an ACL).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from enum import IntEnum
 from typing import Any
 
+from zabd.kv.zk.acl import READ, Id, allowed
 from zabd.kv.zk.events import EventType, Trigger
 from zabd.kv.zk.paths import parent_of
 
@@ -174,12 +185,14 @@ class WatchManager:
 
     # ---------------------------------------------------------------- firing
 
-    def trigger(self, triggers: Iterable[Trigger]) -> list[Event]:
+    def trigger(self, triggers: Iterable[Trigger], auth_of: Callable[[Any], Sequence[Id]]) -> list[Event]:
+        """The events of applied changes; ``auth_of(owner)``: the ids an owner
+        proved (an ip, digests, super), checked for READ on each change's ACL."""
         data, child = self.data, self.child
         if not (data.by_path or child.by_path):
             return []  # every write asks: most often nobody watches
         out: list[Event] = []
-        for kind, path in triggers:
+        for kind, path, acl in triggers:
             if kind == EventType.NODE_CHILDREN_CHANGED:
                 owners = child.trigger(path) if child.by_path else []
             elif kind == EventType.NODE_DELETED:
@@ -188,7 +201,8 @@ class WatchManager:
                     owners += child.trigger(path, set(owners))
             else:
                 owners = data.trigger(path) if data.by_path else []
-            out.extend((owner, kind, path) for owner in owners)
+            # the watches fired are used up above, whoever may read: withheld events are not put back
+            out.extend((owner, kind, path) for owner in owners if allowed(acl, READ, auth_of(owner)))
         return out
 
     def set_watches(self, owner: Owner, relative_zxid: int, data: Sequence[str], exist: Sequence[str],
