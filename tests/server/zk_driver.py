@@ -78,6 +78,7 @@ class ZKDriver:
         self.closed = asyncio.Event()
         self._pump = asyncio.create_task(self._read())
         self._pinger: asyncio.Task[None] | None = None
+        self.dropping = False
 
     @classmethod
     async def connect(cls, addr: str, timeout_ms: int = 2000, session: int = 0, password: bytes = b"",
@@ -128,7 +129,8 @@ class ZKDriver:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiting[xid] = fut
         self.writer.write(frame({"v": 1, "id": xid, **body}))
-        return await asyncio.wait_for(fut, 10)
+        async with asyncio.timeout(10):  # not wait_for: on 3.11 it can swallow a cancel that meets an answer
+            return await fut
 
     async def call(self, req: Request) -> tuple[int, Code, Result | None]:
         """(zxid, error code, result) of one request."""
@@ -140,7 +142,8 @@ class ZKDriver:
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiting[xid] = fut
         self.writer.write(frame({"v": 1, "id": xid, "type": "zk", "req": encode_request(req)}))
-        return xid, self._answer(await asyncio.wait_for(fut, 10))
+        async with asyncio.timeout(10):
+            return xid, self._answer(await fut)
 
     def _answer(self, body: dict[str, Any]) -> tuple[int, Code, Result | None]:
         if not body.get("ok"):
@@ -162,12 +165,13 @@ class ZKDriver:
 
     async def _ping_loop(self) -> None:
         with contextlib.suppress(Exception):
-            while not self.closed.is_set():
+            while not self.closed.is_set() and not self.dropping:
                 await asyncio.sleep(self.timeout_ms / 3000)
                 await self.call(Ping())
 
     async def drop(self) -> None:
         """Close the connection, not the session (a client that crashed)."""
+        self.dropping = True  # the ping loop ends even if a cancel is lost in the middle of a ping
         if self._pinger is not None:
             self._pinger.cancel()
             with contextlib.suppress(BaseException):

@@ -353,7 +353,9 @@ class Client:
         proto = self.proto
         fut = proto.send({**body, "id": next(self._ids)})
         try:
-            return _check(await asyncio.wait_for(fut, self.timeout))
+            async with asyncio.timeout(self.timeout):  # not wait_for: on 3.11 it can swallow a caller's cancel
+                body = await fut
+            return _check(body)
         except TimeoutError:
             if proto is self.proto:
                 self._drop()  # answers on this connection would now come out of order

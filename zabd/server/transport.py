@@ -379,9 +379,10 @@ class Transport:
         while not self.stopping:
             link = PeerLink(self, peer)
             try:
-                await asyncio.wait_for(
-                    loop.create_connection(functools.partial(_same, link), host, port, **tls), timeout
-                )
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can return a connection that came
+                # up as the dial was cancelled, and the cancel (a membership change) is lost
+                async with asyncio.timeout(timeout):
+                    await loop.create_connection(functools.partial(_same, link), host, port, **tls)
             except asyncio.CancelledError:
                 link.given_up()
                 raise
