@@ -48,6 +48,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--tls", action="store_true", help="zabd with TLS client ports, client certificates and tokens")
     ap.add_argument("--quick", action="store_true", help="the test run's small counts")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON (the table goes to stderr)")
+    ap.add_argument("--keep", action="store_true", help="keep the data directories and server logs")
     ap.add_argument("--zk-heap", default="1g", help="ZooKeeper's -Xms/-Xmx per server (cluster.sh: 1g)")
     ap.add_argument("--extra", action="append", default=[], metavar="KEY=VALUE",
                     help="a zabd config field (int or string), e.g. client_frame_timeout_ms=2000")
@@ -71,9 +72,9 @@ def main(argv: list[str]) -> int:
 
     targets: list[Target] = []
     if args.target in ("zabd", "both"):
-        targets.append(ZabdTarget(extra=extra, tls=args.tls, log=log))
+        targets.append(ZabdTarget(extra=extra, tls=args.tls, log=log, keep=args.keep))
     if args.target in ("zookeeper", "both"):
-        targets.append(ZooKeeperTarget(heap=args.zk_heap, log=log))
+        targets.append(ZooKeeperTarget(heap=args.zk_heap, log=log, keep=args.keep))
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     log(f"abuse suite: {' '.join(argv) or '(defaults)'}; {env_line()}")
     rows: list[Row] = []

@@ -124,7 +124,7 @@ def test_connections_from_one_address_are_capped_on_both_ports(plain: tuple[Zabd
     row = _run(plain, "conns-per-address")
     assert row.ok, row.did
     for port in ("client", "zookeeper"):
-        assert 0 < row.details[port]["kept"] <= 60, row.details
+        assert 0 < row.details[port]["held_by_server"] <= 60, row.details
 
 
 def test_stalled_frames_are_all_closed_at_the_deadline(plain: tuple[ZabdTarget, ClientRun]) -> None:

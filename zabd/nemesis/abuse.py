@@ -85,8 +85,10 @@ from zabd.nemesis.abuse_target import (
     closed_by_peer,
     count_closed,
     four_letter,
+    held_by,
     jute_connect,
     kazoo_connected,
+    listen_overflows,
     open_many,
     pump,
     quiet,
@@ -509,16 +511,25 @@ def hijack(t: Target, p: Params, log: Log) -> Outcome:
 
 def conns_per_address(t: Target, p: Params, log: Log) -> Outcome:
     parts, details, ok = [], {}, True
+    pid = t.pid(t.victim)
     for k, (port, addr) in enumerate(t.attack_ports().items()):
-        opened = open_many(p.conns, addr, [f"127.0.{10 + k}.2"], timeout=60.0)
+        source = f"127.0.{10 + k}.2"
+        drops = listen_overflows()
+        opened = open_many(p.conns, addr, [source], timeout=60.0)
         time.sleep(p.conns_settle_s)
-        kept = len(opened.socks) - count_closed(opened.socks)
+        # counted where the server holds them: the attacker's side also sees
+        # as connected what waits in (or was dropped from) the listen backlog
+        held, queued = held_by(pid, addr[1], source)
+        seen_open = len(opened.socks) - count_closed(opened.socks)
         opened.close()
-        details[port] = {"tried": p.conns, "connected": len(opened.socks), "kept": kept, "failed": opened.failed,
-                         "errors": opened.errors}
-        parts.append(f"{port}: kept {_fmt(kept)} of {_fmt(p.conns)}"
-                     + (f" ({_fmt(opened.failed)} not connected)" if opened.failed else ""))
-        ok = ok and kept <= t.per_address
+        details[port] = {"tried": p.conns, "connected": len(opened.socks), "held_by_server": held,
+                         "in_accept_queue": queued, "open_as_the_client_sees": seen_open,
+                         "reset_while_connecting": opened.failed, "errors": opened.errors,
+                         "kernel_listen_overflows": listen_overflows() - drops}
+        parts.append(f"{port}: held {_fmt(held)} of {_fmt(p.conns)}"
+                     + (f" (+{_fmt(queued)} in its accept queue)" if queued else "")
+                     + (f", {_fmt(opened.failed)} reset while connecting" if opened.failed else ""))
+        ok = ok and held <= t.per_address
         time.sleep(0.5)  # the server's closes before the next port's count
     return Outcome("; ".join(parts), ok and not t.dead(), details)
 
@@ -573,6 +584,7 @@ def stalled_frames(t: Target, p: Params, log: Log) -> Outcome:
         if isinstance(t, ZabdTarget):
             st = t.status(t.victim)
             cut_before = dict(st["client_limits"]["cut"]) if st else {}
+        drops = listen_overflows()
         opened = open_many(p.stalled, addr, mine)
         socks: list[socket.socket] = list(opened.socks)
         handshake_failed = 0
@@ -592,6 +604,7 @@ def stalled_frames(t: Target, p: Params, log: Log) -> Outcome:
         frame = struct.pack(">I", p.stalled_frame) + b"\x81" * p.stalled_sent
         t0 = time.monotonic()
         sent = pump([(s, frame) for s in socks], timeout=30.0)
+        pumped = time.monotonic()
         first_close: list[float | None] = [None] * len(socks)
         # ZooKeeper's ExpiryQueue rounds a deadline up to the next multiple of
         # its interval (the timeout itself): its close comes 1 to 2 timeouts late
@@ -619,7 +632,9 @@ def stalled_frames(t: Target, p: Params, log: Log) -> Outcome:
         details[port] = {"connected": len(opened.socks), "tls_handshakes_failed": handshake_failed,
                          "bytes_sent": sum(sent), "closed_early": early, "closed_by_deadline": at_deadline,
                          "still_open": still, "refused_at_connect": opened.failed, "cut": cut,
-                         "last_close_s": round(max(closes), 1) if closes else None}
+                         "last_close_s": round(max(closes), 1) if closes else None,
+                         "early_close_s": sorted(round(c, 2) for c in closes if c < t.frame_timeout_s - 1.0)[:20],
+                         "pump_s": round(pumped - t0, 2), "kernel_listen_overflows": listen_overflows() - drops}
         last = f", the last {max(closes):.1f} s after the stall began" if closes else ""
         parts.append(f"{port}: closed {len(closes)} of {len(socks)} ({early} early, {at_deadline} at the "
                      f"{t.frame_timeout_s:g} s deadline{last}){', ' + str(still) + ' STILL OPEN' if still else ''}"

@@ -375,7 +375,8 @@ class ZabdTarget(Target):
     kind = "zabd"
 
     def __init__(self, base: Path | None = None, extra: dict[str, Any] | None = None, tls: bool = False,
-                 client_certs: str = "optional", log: Log = quiet) -> None:
+                 client_certs: str = "optional", log: Log = quiet, keep: bool = False) -> None:
+        """``keep``: leave the data directories and logs behind (for a diagnosis)."""
         super().__init__()
         self.name = "zabd-tls" if tls else "zabd"
         self.tls = tls
@@ -388,7 +389,7 @@ class ZabdTarget(Target):
             # random tokens: nothing a reader of this code could guess
             self.tokens = {f"ro-{secrets.token_hex(8)}": "ro", f"rw-{secrets.token_hex(8)}": "rw",
                            f"admin-{secrets.token_hex(8)}": "admin"}
-        self._own_base = base is None
+        self._own_base = base is None and not keep
         self.base = base or Path(tempfile.mkdtemp(prefix="zabd-abuse-"))
         self.log = log
         self.cluster: LocalCluster | None = None
@@ -593,9 +594,9 @@ class ZooKeeperTarget(Target):
     kind = "zookeeper"
     name = "zookeeper"
 
-    def __init__(self, base: Path | None = None, heap: str = "1g", log: Log = quiet) -> None:
+    def __init__(self, base: Path | None = None, heap: str = "1g", log: Log = quiet, keep: bool = False) -> None:
         super().__init__()
-        self._own_base = base is None
+        self._own_base = base is None and not keep
         self.base = base or Path(tempfile.mkdtemp(prefix="zk-abuse-"))
         self.heap = heap
         self.log = log
@@ -729,6 +730,69 @@ def closed_by_peer(s: socket.socket) -> bool:
     except OSError:
         return True
     return state != TCP_ESTABLISHED
+
+
+_MAPPED_V4 = "0000000000000000FFFF0000"  # ::ffff:a.b.c.d in /proc/net/tcp6 (a JVM's dual-stack sockets)
+
+
+def _v4(hexaddr: str) -> str | None:
+    """a.b.c.d of an address of /proc/net/tcp{,6} (little-endian words), None if not IPv4."""
+    if len(hexaddr) == 32 and hexaddr.startswith(_MAPPED_V4):
+        hexaddr = hexaddr[24:]
+    if len(hexaddr) != 8:
+        return None
+    return socket.inet_ntoa(bytes.fromhex(hexaddr)[::-1])
+
+
+def held_by(pid: int, port: int, remote: str) -> tuple[int, int]:
+    """Connections from ``remote`` to ``port`` as the server sees them:
+    (held by process ``pid``, waiting in its accept queue). The client's
+    side cannot tell these apart, nor from a handshake the kernel dropped
+    with a full queue: it sees all of them connected."""
+    try:
+        inodes = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+    except OSError:
+        return 0, 0
+    held = queued = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    local, rem, state, inode = cols[1], cols[2], cols[3], cols[9]
+                    if state != "01" or int(local.rsplit(":", 1)[1], 16) != port:
+                        continue
+                    if _v4(rem.rsplit(":", 1)[0]) != remote:
+                        continue
+                    if inode == "0":
+                        queued += 1
+                    elif inode in inodes:
+                        held += 1
+        except OSError:
+            continue
+    return held, queued
+
+
+def listen_overflows() -> int:
+    """The kernel's ListenOverflows + ListenDrops (all sockets of this network
+    namespace): a burst of connects past a listener's backlog is dropped or
+    reset by the kernel before the server sees it (or counts it)."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return 0
+    for head, values in zip(lines[::2], lines[1::2], strict=False):
+        if head.startswith("TcpExt:"):
+            row = dict(zip(head.split()[1:], values.split()[1:], strict=False))
+            return int(row.get("ListenOverflows", 0)) + int(row.get("ListenDrops", 0))
+    return 0
 
 
 def count_closed(socks: Iterable[socket.socket]) -> int:
