@@ -40,9 +40,6 @@ PARAMS = Params.cheap()
 # The four-letter-word whitelist and the READ check at a watch's trigger are
 # being made in parallel with this suite; until they land on this branch,
 # these two probes see zabd answer every word and deliver the events.
-PENDING_4LW = "zabd answers every four-letter word: 4lw.commands.whitelist (default srvr) not landed on this branch yet"
-PENDING_WATCH_ACL = ("zabd delivers watch events for a node its watcher may no longer READ (CVE-2024-23944): "
-                     "the check at trigger time has not landed on this branch yet")
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +132,6 @@ def test_stalled_frames_are_all_closed_at_the_deadline(plain: tuple[ZabdTarget, 
         assert d["still_open"] == 0 and d["closed_early"] + d["closed_by_deadline"] == PARAMS.stalled, d
 
 
-@pytest.mark.xfail(strict=False, reason=PENDING_4LW)
 def test_four_letter_words_follow_zookeepers_default_whitelist(plain: tuple[ZabdTarget, ClientRun]) -> None:
     row = _run(plain, "four-letter-words")
     words = row.details["words"]
@@ -145,7 +141,6 @@ def test_four_letter_words_follow_zookeepers_default_whitelist(plain: tuple[Zabd
     assert all("not in the whitelist" in words[w]["first_line"] for w in WORDS if w != "srvr"), words
 
 
-@pytest.mark.xfail(strict=False, reason=PENDING_WATCH_ACL)
 def test_no_watch_event_for_a_node_the_watcher_may_no_longer_read(plain: tuple[ZabdTarget, ClientRun]) -> None:
     row = _run(plain, "watch-acl")
     for kind in ("persistent", "recursive"):  # the watches were live while the node was world-readable
