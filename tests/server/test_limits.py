@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from zabd.client import Client
 from zabd.client.spawn import LocalCluster, free_ports
 from zabd.server.client_session import ANSWER_BUDGET, ClientSession
 from zabd.server.config import ServerConfig
@@ -279,3 +280,14 @@ async def test_a_closed_connection_leaves_nothing_behind_though_its_objects_were
     finally:
         gc.unfreeze()
         await r.shutdown()
+
+
+async def test_before_its_token_a_connection_sends_nothing_bigger_than_a_token(cluster_factory: Factory) -> None:
+    c = cluster_factory(3, tokens={"rw-token-0123456789": "rw"})
+    await c.wait_leader()
+    stranger = _connect(c.client_ports[1])
+    stranger.sendall(struct.pack(">I", 100_000))  # refused from the prefix: the limit is a token's frame
+    assert await _closed_by_server(stranger, within=5)
+    stranger.close()
+    async with await Client.connect(c.client_addr(1), token="rw-token-0123456789") as ok:
+        assert await ok.propose(b"x" * 200_000) > 0  # once authenticated, the usual limit

@@ -157,6 +157,7 @@ class ClientService:
     def _authenticate(self, session: ClientSession, req: schema.AuthRequest) -> None:
         role = self.auth.role_of(req.token) if self.auth.required else RW
         session.role = role
+        session.frames_upto(0)
         if role is None:
             session.answer(schema.error_frame(req.id, schema.UNAUTHORIZED, "unknown token"))
         else:

@@ -41,6 +41,8 @@ class Slot:
 class BodyReader(Protocol):
     """Frames in, bodies out (FrameError-like on a bad frame)."""
 
+    max_frame: int
+
     def feed(self, data: bytes) -> list[Any]: ...
 
     @property
@@ -51,6 +53,7 @@ class ClientSession:
     def __init__(self, max_frame: int, reader: BodyReader | None = None) -> None:
         # zabd's msgpack frames, or another protocol's (ZooKeeper's jute port)
         self.reader: BodyReader = reader if reader is not None else FrameReader(max_frame, use_list=True)
+        self.max_frame = max_frame
         self.slots: deque[Slot] = deque()
         self.out: list[bytes] = []
         self.closed = False
@@ -73,6 +76,11 @@ class ClientSession:
     @property
     def mid_frame(self) -> int:
         return self.reader.buffered
+
+    def frames_upto(self, limit: int) -> None:
+        """Read no frame longer than ``limit`` (0: ``max_frame``): a connection
+        that must authenticate first may send nothing bigger than a token."""
+        self.reader.max_frame = min(limit, self.max_frame) if limit else self.max_frame
 
     # -------------------------------------------------------------- answers
 

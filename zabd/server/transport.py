@@ -28,10 +28,12 @@ from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig, parse_hostport
 from zabd.server.limits import ClientGuard, ClientLimits, total_connections
 from zabd.server.link import Link
+from zabd.server.memory import Trimmer
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import cert_names, client_context, describe_error, identity_problem, node_name, server_context
 
+AUTH_FRAME = 8192  # the largest frame before a connection authenticated: an auth request (a token <= 4 KiB)
 BACKOFF_MIN = 0.02
 # Redials of a peer that is down are cheap (refused at once, or abandoned at
 # peer_connect_timeout_ms); a short cap rejoins a healed partition quickly.
@@ -152,6 +154,7 @@ class ClientLink(Link):
         self.admitted = False  # counted by the transport's guard (released when it closes)
         self.preadmitted = False  # counted before its TLS handshake (tls_gate)
         self.frame_since: float | None = None  # when the frame being read began
+        self.peak_queued = 0  # the most it had queued while it did not read (what its close frees)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -171,6 +174,8 @@ class ClientLink(Link):
             self.session.role = ADMIN
         else:
             self.session.role = RW if cert or not self.net.auth_required else None
+        if self.session.role is None:  # its first frame is a token: nothing big buffered for a stranger
+            self.session.frames_upto(AUTH_FRAME)
 
     @property
     def mid_frame(self) -> int:
@@ -251,6 +256,7 @@ class ClientLink(Link):
             self.net.refusals.refused("client connection closed mid-frame (truncated frame)", self.addr,
                                       "truncated", buffered=self.session.mid_frame)
         self.closed = True
+        self.net.trimmer.freed_bytes(self.session.mid_frame + max(self.buffered(), self.peak_queued))
         self.session.close()
         self.forget()
         if not self.admitted:
@@ -295,6 +301,7 @@ class Transport:
             config.client_max_queued, config.client_max_queued_total, config.client_max_buffered_total))
         self.partial: set[ClientLink] = set()  # client links in the middle of a frame
         self.unread: set[ClientLink] = set()  # client links whose socket buffer is full
+        self.trimmer = Trimmer()  # freed client buffers go back to the system after a burst
         self.dirty: list[Link] = []
         self.servers: list[asyncio.AbstractServer | TlsListener] = []
         # (factory, host, port, TLS context, kind) of other client protocols (ZooKeeper's)
@@ -460,8 +467,11 @@ class Transport:
             for conn, reason in self.guard.stalled(self.partial, now):
                 self._cut(conn, reason, buffered=conn.mid_frame)
         if self.unread:
+            for link in self.unread:
+                link.peak_queued = max(link.peak_queued, link.queued())
             for conn, reason in self.guard.overfull(self.unread):
                 self._cut(conn, reason, queued=conn.queued())
+        self.trimmer.maybe_trim()
 
     def _cut(self, conn: object, reason: str, **fields: int) -> None:
         assert isinstance(conn, ClientLink)
