@@ -33,6 +33,8 @@ from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipR
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import cert_names, client_context, describe_error, identity_problem, node_name, server_context
 
+# what a TLS connection holds besides its frames (OpenSSL's state and record buffers), for the trim
+TLS_CONN_BYTES = 64 << 10
 AUTH_FRAME = 8192  # the largest frame before a connection authenticated: an auth request (a token <= 4 KiB)
 BACKOFF_MIN = 0.02
 # Redials of a peer that is down are cheap (refused at once, or abandoned at
@@ -256,7 +258,8 @@ class ClientLink(Link):
             self.net.refusals.refused("client connection closed mid-frame (truncated frame)", self.addr,
                                       "truncated", buffered=self.session.mid_frame)
         self.closed = True
-        self.net.trimmer.freed_bytes(self.session.mid_frame + max(self.buffered(), self.peak_queued))
+        self.net.trimmer.freed_bytes(self.session.mid_frame + max(self.buffered(), self.peak_queued)
+                                     + (TLS_CONN_BYTES if self.tls else 0))
         self.session.close()
         self.forget()
         if not self.admitted:
