@@ -29,15 +29,21 @@ EXCEPTED = {
 pytestmark = pytest.mark.skipif(not VENV_PYTHON.exists(), reason="run bash scripts/install.sh (makes .kazoo-venv)")
 
 
-def test_kazoos_own_suite_passes_against_zabd(tmp_path: Path) -> None:
-    report = tmp_path / "junit.xml"
+# kazoo's tests that read, through one server, what another client wrote through
+# another, without a sync: ZooKeeper promises no such read (a follower may not have
+# applied the write yet), and on a loaded machine either server may be behind. A
+# failure of one of these is run once more, alone; any other failure is a failure.
+CROSS_SERVER_READS = {
+    "test_lock_ephemeral": "client1 creates the lock node through its server and stops; the suite's own client "
+                           "gets it at once through its own server",
+}
+
+
+def _run_suite(tmp_path: Path, name: str, select: str) -> tuple[int, list[str], str]:
+    report = tmp_path / f"{name}.xml"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
-    env |= {"PYTHON": str(VENV_PYTHON), "KAZOO_SUITE_DIR": str(tmp_path / "servers")}
-    # The excepted classes are not run: a SASL test's connection thread dies of
-    # UnimplementedError in the background, and pytest then fails whichever test
-    # is running (it once failed test_selectors_select's test_errno).
-    skip = "not (" + " or ".join(EXCEPTED) + ")"
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "kazoo_suite.sh"), f"--junitxml={report}", "-k", skip],
+    env |= {"PYTHON": str(VENV_PYTHON), "KAZOO_SUITE_DIR": str(tmp_path / f"servers-{name}")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "kazoo_suite.sh"), f"--junitxml={report}", "-k", select],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert report.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     passed, failed = 0, []
@@ -48,6 +54,21 @@ def test_kazoos_own_suite_passes_against_zabd(tmp_path: Path) -> None:
             failed.append(f"{case.get('classname')}::{case.get('name')}")
         else:
             passed += 1
+    return passed, failed, proc.stdout[-3000:]
+
+
+def test_kazoos_own_suite_passes_against_zabd(tmp_path: Path) -> None:
+    # The excepted classes are not run: a SASL test's connection thread dies of
+    # UnimplementedError in the background, and pytest then fails whichever test
+    # is running (it once failed test_selectors_select's test_errno).
+    passed, failed, out = _run_suite(tmp_path, "suite", "not (" + " or ".join(EXCEPTED) + ")")
     unexpected = [f for f in failed if f.split("::")[0].rsplit(".", 1)[-1] not in EXCEPTED]
-    assert not unexpected, "\n".join(unexpected) + "\n" + proc.stdout[-3000:]
+    racy = sorted({f.rsplit("::", 1)[1] for f in unexpected} & CROSS_SERVER_READS.keys())
+    if racy:
+        print(f"kazoo tests that read another server's write without a sync failed, run again alone: {racy}")
+        again, still, out2 = _run_suite(tmp_path, "again", " or ".join(racy))
+        assert not still and again >= len(racy), "\n".join(still) + "\n" + out2
+        unexpected = [f for f in unexpected if f.rsplit("::", 1)[1] not in CROSS_SERVER_READS]
+        passed += len(racy)
+    assert not unexpected, "\n".join(unexpected) + "\n" + out
     assert passed >= 480, (passed, failed)
