@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,16 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
         c = LocalCluster(n, base_dir=tmp_path / f"cluster{len(made)}", **kw)
         made.append(c)
         c.start()
+        # its ports bound before anyone picks free ports again: a port picked free is
+        # free only until someone binds it (two clusters started back to back collided)
+        deadline = time.monotonic() + 20
+        for i in range(1, n + 1):
+            while c.alive(i) and time.monotonic() < deadline:
+                try:
+                    socket.create_connection((c.hosts[i], c.client_ports[i]), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.02)
         return c
 
     try:

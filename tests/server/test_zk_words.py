@@ -205,11 +205,13 @@ def test_the_same_words_answered_and_refused_as_zookeeper(tmp_path: Path, cluste
                                                                           "zk_read_only": True}),
         (["4lw.commands.whitelist=*"], [], {"zk_4lw_whitelist": "*"}),
     ]
+    ours = []
+    for _, _, extra in cases:
+        # one up before the next picks its ports: a port picked free is free only until someone binds it
+        ours.append(cluster_factory(1, extra=extra))
+        asyncio.run(ours[-1].wait_leader())
     zks = [StandaloneZooKeeper(tmp_path / f"zk{i}", cfg, jvm) for i, (cfg, jvm, _) in enumerate(cases)]
-    ours = [cluster_factory(1, extra=extra) for _, _, extra in cases]
     with zookeepers(*zks):
-        for c in ours:
-            asyncio.run(c.wait_leader())
         for zk, c, (cfg, _, _) in zip(zks, ours, cases, strict=True):
             answered = []
             for word in sorted(ZK_WORDS):

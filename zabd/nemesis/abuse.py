@@ -516,6 +516,10 @@ def conns_per_address(t: Target, p: Params, log: Log) -> Outcome:
         source = f"127.0.{10 + k}.2"
         drops = listen_overflows()
         opened = open_many(p.conns, addr, [source], timeout=60.0)
+        if port.startswith("zookeeper"):
+            # a session on each: a connection without one is closed at the frame deadline
+            # (zabd's, and ZooKeeper's sessionless timeout), which is the stalled-frames probe's business
+            pump([(s, jute_connect()) for s in opened.socks], timeout=10.0)
         time.sleep(p.conns_settle_s)
         # counted where the server holds them: the attacker's side also sees
         # as connected what waits in (or was dropped from) the listen backlog
