@@ -46,6 +46,7 @@ SYNC = 2
 ZK = 3  # a ZooKeeper session's write; answered by the ZooKeeper session layer's Answerer
 ZK_SYNC = 4  # a ZooKeeper session's sync
 ZK_RECONFIG = 5  # a ZooKeeper session's reconfig
+ZK_ATTACH = 6  # a ZooKeeper session re-attached: decided once the leader's commit point is applied here
 
 
 class LocalReply(NamedTuple):
@@ -105,7 +106,8 @@ class ProposalPath:
         self.node = node
         latency = latency or {}
         write, sync = latency.get("write"), latency.get("sync")
-        self._latency = (write, write, sync, write, sync, write)  # by kind: RAW, KV, SYNC, ZK, ZK_SYNC, ZK_RECONFIG
+        # by kind: RAW, KV, SYNC, ZK, ZK_SYNC, ZK_RECONFIG, ZK_ATTACH
+        self._latency = (write, write, sync, write, sync, write, sync)
         self.kv = machine if isinstance(machine, KVMachine) else None
         self.links = links
         self.position = applied
@@ -121,7 +123,7 @@ class ProposalPath:
         self._kv_epoch = -1
         self._kv_barrier = 0
         self.stopping = False
-        self.answers: dict[int, Answerer] = {}  # kind -> its answers (ZK, ZK_SYNC)
+        self.answers: dict[int, Answerer] = {}  # kind -> its answers (ZK, ZK_SYNC, ZK_RECONFIG, ZK_ATTACH)
 
     # ------------------------------------------------------------- entries
 
@@ -374,7 +376,7 @@ class ProposalPath:
         for z, local in done:
             if local.kind == RAW:  # committed on a quorum: that is all a raw write's answer says
                 self._succeed(local, z)
-            elif local.kind in (SYNC, ZK_SYNC):  # nothing was written: safe to ask again
+            elif local.kind in (SYNC, ZK_SYNC, ZK_ATTACH):  # nothing was written: safe to ask again
                 self._fail(local, retry_code, f"{why}; retry")
             else:
                 self._fail(local, schema.LEADER_LOST, f"committed, but {why} before it applied the write "

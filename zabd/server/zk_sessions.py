@@ -3,8 +3,12 @@
 A connection becomes a ZooKeeper connection with ``connect``: a new session
 is proposed (``CreateSession``, its id and password chosen here, the password
 told to its client only: the txn carries its digest) and the client is
-answered once it is applied here; an existing one is re-attached if the
-replicated session table holds it with that password's digest, on any server.
+answered once it is applied here; an existing one is re-attached on any
+server, decided as ZooKeeper's learner has its leader revalidate it: the
+leader confirms its commit point with a quorum, this replica applies up to
+it, and only then does its session table say whether the session lives
+(``reattach_timeout``); with no leader to ask the connection closes
+unanswered, and "expired" is said only of a session whose close committed.
 Requests complete in the order sent (the connection's slots): writes take
 the one proposal path and are answered once applied here, with their
 result; reads are answered from this replica after every earlier request of
@@ -58,11 +62,11 @@ from zabd.kv.zk.records import (
     WhoAmIResult,
     Write,
 )
-from zabd.kv.zk.sessions import SessionIds, negotiate_timeout, password_digest, password_matches
+from zabd.kv.zk.sessions import SessionIds, negotiate_timeout, password_digest, password_matches, reattach_timeout
 from zabd.kv.zk.tree import Applied
 from zabd.kv.zk.watches import WatchKind, WatchManager
 from zabd.server.client_session import ClientSession
-from zabd.server.proposals import ZK, ZK_SYNC, LocalReply, ProposalPath
+from zabd.server.proposals import ZK, ZK_ATTACH, ZK_SYNC, LocalReply, ProposalPath
 from zabd.server.zk_conn import ZKConn, ZKWire, result_code, wire_write
 from zabd.server.zk_reconfig import ZKReconfig
 
@@ -91,10 +95,12 @@ class ZKSessions:
         self.on_closed: Callable[[int], None] | None = None
         self.reconfig = ZKReconfig(machine, proposals)
         self._sync_paths: dict[tuple[int, int], str] = {}
+        self._attaching: dict[tuple[int, int], tuple[int, bytes]] = {}  # (connection, rid) -> (session, password)
         machine.zk_applied, machine.zk_restored = self.applied, self.restored
         machine.zk_answered = self.attached  # no Stat, no result kept, for other sessions' setData
         proposals.answers[ZK] = self
         proposals.answers[ZK_SYNC] = _SyncAnswers(self)
+        proposals.answers[ZK_ATTACH] = _AttachAnswers(self)
 
     # ------------------------------------------------------------ connecting
 
@@ -129,14 +135,40 @@ class ZKSessions:
             create = CreateSession(sid, conn.timeout_ms, password_digest(conn.password))
             self.proposals.submit(io, rid, wire_write(sid, (), create))
             return True
-        known = tree.sessions.get(session)
-        if known is None or not password_matches(known.password_digest, password):
-            io.answer(wire.refused(rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has expired"))
-            return False
+        # Decided with the leader's knowledge, never this replica's alone: it
+        # may not have applied the CreateSession yet, or the CloseSession a
+        # partitioned leader never committed. Its commit point, confirmed by
+        # a quorum, is applied here first (ZK_ATTACH); without a leader the
+        # connection closes unanswered, as ZooKeeper's does.
         self.conns[io] = conn
-        self._attach(conn, session, known.timeout_ms)
-        io.answer(wire.connected(rid, session, password, known.timeout_ms))
+        self._attaching[(id(io), rid)] = (session, password)
+        self.proposals.sync(io, rid, ZK_ATTACH)
         return True
+
+    def reattached(self, reply: LocalReply, zxid: int) -> bytes:
+        """A re-attach, once this replica applied the leader's commit point as of its request."""
+        session, password = self._attaching.pop((id(reply.session), reply.rid), (0, b""))
+        conn = self.conns.get(reply.session)
+        if conn is None or not session:
+            return b""
+        timeout = reattach_timeout(self.machine.zk.sessions, session, password)
+        if timeout is None:
+            # its CloseSession committed (or there never was such a session): only now may it say so
+            self.conns.pop(conn.io, None)
+            conn.io.hang_up()
+            return conn.wire.refused(reply.rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has "
+                                                                       "expired")
+        self._attach(conn, session, timeout)
+        return conn.wire.connected(reply.rid, session, password, timeout)
+
+    def reattach_failed(self, reply: LocalReply, code: str, message: str) -> bytes:
+        """No leader confirmed a commit point: nothing is known, nothing is said."""
+        self._attaching.pop((id(reply.session), reply.rid), None)
+        conn = self.conns.pop(reply.session, None)
+        if conn is None:
+            return b""
+        conn.io.hang_up()
+        return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
 
     def _connect_read_only(self, conn: ZKConn, rid: int, session: int, password: bytes, timeout_ms: int) -> bool:
         known = self.machine.zk.sessions.get(session) if session else None
@@ -424,3 +456,14 @@ class _SyncAnswers:
 
     def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
         return self.sessions.sync_failed(reply, code, message)
+
+
+class _AttachAnswers:
+    def __init__(self, sessions: ZKSessions) -> None:
+        self.sessions = sessions
+
+    def ok(self, reply: LocalReply, zxid: int) -> bytes:
+        return self.sessions.reattached(reply, zxid)
+
+    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
+        return self.sessions.reattach_failed(reply, code, message)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import heapq
 import hmac
+from collections.abc import Mapping
+from typing import Protocol
 
 MASK64 = (1 << 64) - 1
 PASSWORD_DIGEST_SIZE = 32
@@ -39,6 +41,33 @@ def stored_digest(secret: bytes) -> bytes:
     it: logs and snapshots written before passwords left the log hold the
     16-byte password itself."""
     return secret if len(secret) == PASSWORD_DIGEST_SIZE else password_digest(secret)
+
+
+class HeldSession(Protocol):
+    @property
+    def timeout_ms(self) -> int: ...
+
+    @property
+    def password_digest(self) -> bytes: ...
+
+
+def reattach_timeout(table: Mapping[int, HeldSession], session: int, password: bytes) -> int | None:
+    """A re-attach's verdict: the session's timeout if ``table`` holds it with
+    this password, None if it has expired (or never was).
+
+    Sound only on a table that holds every session change committed before
+    the client asked, as ZooKeeper's learner asks its leader to revalidate:
+    the client was told of its session once its ``CreateSession`` committed,
+    so a table without it that is this current lacks it because its
+    ``CloseSession`` committed. A follower's own table may lag (it has not
+    applied that ``CreateSession`` yet), so the server first has the leader
+    confirm its commit point and applies up to it (``ZK_ATTACH`` in
+    ``zabd.server.proposals``); the simulator checks the rule with leaders
+    killed while sessions re-attach (``zabd.sim.zk_workload``)."""
+    held = table.get(session)
+    if held is None or not password_matches(held.password_digest, password):
+        return None
+    return held.timeout_ms
 
 
 def negotiate_timeout(requested_ms: int, tick_ms: int) -> int:
