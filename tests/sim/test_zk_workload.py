@@ -138,3 +138,35 @@ def test_the_checker_sees_an_ephemeral_outlive_its_session() -> None:
             assert w.problem[2] == "zk-ephemeral", w.problem
             return
     pytest.fail("no run closed a session that held an ephemeral")
+
+
+@pytest.mark.parametrize("variant", ["canonical", "server"])
+def test_re_attaches_under_leader_changes_never_hear_a_false_expiry(variant: str) -> None:
+    """Issue 37's rule: a session is reported expired only after its expiry
+    committed. Clients take sessions to random nodes while leaders crash;
+    each node decides with its leader's confirmed commit point applied."""
+    verdicts = Counter[str]()
+    for seed in range(40):
+        sim = Simulator(zk_config(seed, nodes=(3, 5, 7)[seed % 3], variant=variant))
+        sim.run()
+        w = sim.workload
+        assert w is not None and w.problem is None, w.problem
+        verdicts.update(w.verdicts)
+    # every outcome happened: sessions found, expired ones refused, and
+    # re-attaches left unanswered where no leader could be asked
+    assert min(verdicts["attached"], verdicts["expired"], verdicts["unanswered"]) > 50, verdicts
+
+
+def test_the_checker_sees_a_replica_that_decides_a_re_attach_alone() -> None:
+    """zabd's followers before issue 37: a table that has not applied the
+    CreateSession yet says "expired", one that has not applied the close says
+    "attached"."""
+    seen = set()
+    for seed in range(40):
+        sim = Simulator(zk_config(seed, nodes=(3, 5, 7)[seed % 3]))
+        assert sim.workload is not None
+        sim.workload.local_verdicts = True
+        sim.run()
+        if sim.workload.problem is not None:
+            seen.add(sim.workload.problem[2])
+    assert seen == {"zk-false-expiry", "zk-stale-session"}, seen

@@ -349,6 +349,8 @@ class Simulator:
                         before = len(zk_pending)
                         zk_pending = workload.lead(node, zk_pending, t, self._flush)
                         stats.proposals_submitted += before - len(zk_pending)
+                        if before > len(zk_pending):
+                            workload.reattach(t, nodes, up, self._flush)
                         break
             # step 3
             due = buckets[t & 3]

@@ -14,6 +14,22 @@ What the safety checker adds (first failure kept, like its own):
   zxid (the per-zxid digest of ZooKeeper 3.6's ``digestEnabled``).
 * ``zk-ephemeral``: an ephemeral node whose owner's session is closed.
 * ``zk-apply``: a committed ZooKeeper txn a replica could not apply.
+* ``zk-false-expiry``: a re-attach answered "expired" for a session whose
+  ``CloseSession`` had not committed (a client told so drops its ephemerals,
+  locks and leadership while its session lives on).
+* ``zk-stale-session``: a re-attach answered with a session whose close had
+  committed before the client asked.
+
+Re-attaches: clients also take their sessions (those whose ``CreateSession``
+committed: their clients were told of them) to a random node, as a client
+that lost its connection does, decided as ``zabd.server.zk_sessions`` decides
+them: the node's leader begins a read barrier (``Node.read_barrier``), the
+node applies up to the commit point the quorum confirmed, then
+``reattach_timeout`` reads its session table. A node that cannot ask (no
+leader, a leader that is deposed or crashed before the quorum answered, a
+crash of its own) answers nothing. ``local_verdicts`` makes nodes decide
+from their own tables at once, as zabd's followers did before issue 37: the
+checker must catch it.
 
 Time: one tick is one millisecond of session time, ``ZK_TICK_MS`` ticks are
 ZooKeeper's tick, so session timeouts (2 to 20 of them) span a run.
@@ -24,7 +40,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from zabd.codec.zk_txn import T_CLOSE_SESSION, ZK_MAGIC
+from zabd.codec.zk_txn import T_CLOSE_SESSION, T_CREATE_SESSION, ZK_MAGIC
 from zabd.kv.zk.acl import ACL, ALL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ, READ_ACL_UNSAFE, Id, digest_id
 from zabd.kv.zk.prep import ZKLeader, is_session_owner
 from zabd.kv.zk.records import (
@@ -40,11 +56,11 @@ from zabd.kv.zk.records import (
     SetData,
     Write,
 )
-from zabd.kv.zk.sessions import ExpiryTracker, SessionIds, negotiate_timeout, password_digest
+from zabd.kv.zk.sessions import ExpiryTracker, SessionIds, negotiate_timeout, password_digest, reattach_timeout
 from zabd.kv.zk.tree import DataTree
-from zabd.protocol.effects import CommitTo, Effect, RoleChanged
+from zabd.protocol.effects import CommitTo, Effect, ReadFailed, ReadReady, RoleChanged
 from zabd.protocol.messages import Txn
-from zabd.protocol.node import LEADING, Node
+from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 
 ZK_TICK_MS = 20
 START_MS = 1_700_000_000_000
@@ -69,6 +85,7 @@ class ZKRequests:
         self.ids = SessionIds(1, START_MS)
         self.alive: list[int] = []  # sessions whose client still runs (and pings)
         self.auth: dict[int, tuple[Id, ...]] = {}
+        self.passwords: dict[int, bytes] = {}  # what each client was told (the txn holds the digest)
 
     def next(self) -> tuple[int, Write]:
         rng = self.rng
@@ -78,7 +95,8 @@ class ZKRequests:
             self.alive.append(sid)
             self.auth[sid] = (ALICE,) if rng.random() < 0.3 else ()
             timeout = negotiate_timeout(rng.choice((10, 60, 200, 1000)) * ZK_TICK_MS // 10, ZK_TICK_MS)
-            return sid, CreateSession(sid, timeout, password_digest(rng.randbytes(16)))
+            password = self.passwords[sid] = rng.randbytes(16)
+            return sid, CreateSession(sid, timeout, password_digest(password))
         sid = rng.choice(self.alive)
         if roll < 0.15:
             self.alive.remove(sid)
@@ -133,6 +151,17 @@ class ZKWorkload:
         self.problem: tuple[int, int, str, str] | None = None
         self.applied_txns = 0
         self.expired: list[int] = []  # sessions the leader expired, in order
+        # re-attaches: their own random stream, so the request stream stays the same
+        self.reattach_rng = random.Random(seed ^ 0x2EA7_7AC4)
+        self.local_verdicts = False
+        self.created: list[int] = []  # sessions whose CreateSession committed, in order
+        self.closed: set[int] = set()  # sessions whose CloseSession committed
+        self.barriers: dict[tuple[int, int], tuple[int, int, bool]] = {}  # (leader, token) -> (node, sid, closed)
+        self.parked: dict[int, list[tuple[int, int, bool]]] = {}  # node -> (commit point, sid, closed) to apply
+        self.verdicts = {"attached": 0, "expired": 0, "unanswered": 0}
+        self._token = 0
+        self._created_set: set[int] = set()
+        self._nodes: Sequence[Node] = ()
 
     # ------------------------------------------------------------- replicas
 
@@ -141,9 +170,15 @@ class ZKWorkload:
             cls = type(eff)
             if cls is CommitTo:
                 self._apply_committed(t, node)
-            elif cls is RoleChanged and eff.role != LEADING:  # type: ignore[union-attr]
-                # what this leader proposed may be lost: the next one decides
-                self.leaders.pop(node.id, None)
+            elif cls is RoleChanged:
+                if eff.role != LEADING:  # type: ignore[union-attr]
+                    # what this leader proposed may be lost: the next one decides
+                    self.leaders.pop(node.id, None)
+                self._role_changed(node)
+            elif cls is ReadReady:
+                self._barrier_held(t, node, eff.token, eff.zxid)  # type: ignore[union-attr]
+            elif cls is ReadFailed and self.barriers.pop((node.id, eff.token), None) is not None:  # type: ignore[union-attr]
+                self.verdicts["unanswered"] += 1
 
     def _apply_committed(self, t: int, node: Node) -> None:
         history = self.history_of(node)
@@ -171,8 +206,14 @@ class ZKWorkload:
                            f"tree digest {tree.digest:016x} after zxid {txn.zxid >> 32}:{txn.zxid & 0xFFFFFFFF}, "
                            f"another replica had {seen:016x}")
             if applied.kind == T_CLOSE_SESSION:
+                self.closed.add(applied.session)
                 self._check_ephemerals(t, node.id, tree)
+            elif applied.kind == T_CREATE_SESSION and applied.session not in self._created_set:
+                self._created_set.add(applied.session)  # committed: its client was told
+                self.created.append(applied.session)
         self.applied[node.id] = i
+        if self.parked.get(node.id):
+            self._decide_parked(t, node)
 
     def _check_ephemerals(self, t: int, node: int, tree: DataTree) -> None:
         """Every ephemeral's owner is an open session (a scan of the whole
@@ -182,6 +223,78 @@ class ZKWorkload:
             if is_session_owner(owner) and owner not in tree.sessions:
                 self._fail(t, node, "zk-ephemeral", f"{path} outlives session 0x{owner & (2**64 - 1):x}")
                 return
+
+    # ------------------------------------------------------------ re-attach
+
+    def reattach(self, t: int, nodes: Sequence[Node], up: Sequence[bool], flush: Flush) -> None:
+        """Maybe a client takes a session to a random node now (called as the leader proposes)."""
+        self._nodes = nodes
+        rng = self.reattach_rng
+        if not self.created or rng.random() >= 0.5:
+            return
+        sid = rng.choice(self.created)
+        node = nodes[rng.randrange(len(nodes))]
+        closed = sid in self.closed
+        if not up[node.id]:
+            self.verdicts["unanswered"] += 1
+            return
+        if self.local_verdicts:
+            self._verdict(t, node.id, sid, closed)
+            return
+        leader = node if node.role == LEADING else nodes[node.leader - 1] if (
+            node.role == FOLLOWING and node.in_sync and node.leader > 0) else None
+        if leader is None or not up[leader.id]:
+            self.verdicts["unanswered"] += 1
+            return
+        self._token += 1
+        try:
+            leader.read_barrier(self._token, t)
+        except NotLeader:
+            self.verdicts["unanswered"] += 1
+            return
+        self.barriers[(leader.id, self._token)] = (node.id, sid, closed)
+        flush(leader, t)
+
+    def _barrier_held(self, t: int, leader: Node, token: int, zxid: int) -> None:
+        asked = self.barriers.pop((leader.id, token), None)
+        if asked is None:
+            return
+        node, sid, closed = asked
+        self.parked.setdefault(node, []).append((zxid, sid, closed))
+        self._decide_parked(t, self._nodes[node - 1])
+
+    def _role_changed(self, node: Node) -> None:
+        """A node that stops serving hangs up its clients: what they asked is never answered."""
+        if node.role == LEADING or node.role == FOLLOWING:
+            return
+        self.verdicts["unanswered"] += len(self.parked.pop(node.id, ()))
+        for key in [k for k, v in self.barriers.items() if node.id in (k[0], v[0])]:
+            del self.barriers[key]
+            self.verdicts["unanswered"] += 1
+
+    def _decide_parked(self, t: int, node: Node) -> None:
+        i = self.applied[node.id]
+        history = self.history_of(node)
+        at = history[i - 1].zxid if i else 0
+        waiting = []
+        for zxid, sid, closed in self.parked[node.id]:
+            if zxid <= at:
+                self._verdict(t, node.id, sid, closed)
+            else:
+                waiting.append((zxid, sid, closed))
+        self.parked[node.id] = waiting
+
+    def _verdict(self, t: int, node: int, sid: int, closed: bool) -> None:
+        if reattach_timeout(self.trees[node].sessions, sid, self.requests.passwords[sid]) is None:
+            self.verdicts["expired"] += 1
+            if sid not in self.closed:
+                self._fail(t, node, "zk-false-expiry", f"session 0x{sid & (2**64 - 1):x} reported expired; its "
+                                                       "close never committed")
+        else:
+            self.verdicts["attached"] += 1
+            if closed:
+                self._fail(t, node, "zk-stale-session", f"session 0x{sid & (2**64 - 1):x} re-attached after its "
+                                                        "close committed")
 
     def finish(self, t: int) -> None:
         for node, tree in enumerate(self.trees[1:], 1):
