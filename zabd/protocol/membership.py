@@ -48,6 +48,9 @@ class Membership(NamedTuple):
         return f"voters {voters or '-'}; observers {observers or '-'}"
 
 
+ONE_AT_A_TIME = "one change at a time"  # in the error of a change asked for before the previous one committed
+
+
 class MembershipError(ValueError):
     """A change the rules above do not allow."""
 

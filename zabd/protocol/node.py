@@ -46,7 +46,7 @@ from zabd.protocol.effects import (
     TruncateAppend,
 )
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
-from zabd.protocol.membership import Membership, MembershipError, check_change
+from zabd.protocol.membership import ONE_AT_A_TIME, Membership, MembershipError, check_change
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.membership import encode as encode_membership
 from zabd.protocol.messages import (
@@ -789,7 +789,7 @@ class Node:
             raise NotLeader(f"node {self.id} is not a synced leader")
         if self._changes and self._changes[-1][0] > self.last_committed:
             pending = self._changes[-1][0]
-            raise MembershipError(f"the change at {zx.fmt(pending)} is not committed yet; one change at a time")
+            raise MembershipError(f"the change at {zx.fmt(pending)} is not committed yet; {ONE_AT_A_TIME}")
         check_change(self.membership, new)
         return self._propose(encode_membership(new), t)
 

@@ -5,18 +5,22 @@ As ZooKeeper 3.8 answers it, in its order: what does not parse is
 effect (``BadVersion``), and only a superuser may (``NoAuth``). ``joining``
 takes ``server.N=host:quorum:election[:role][;client]`` specs and ``leaving``
 ids (comma-separated), ``new_members`` a whole list of specs; a change the
-core refuses (two voters at once) is ``BadArguments`` too. The answer is
+core refuses (two voters at once) is ``BadArguments`` too, and one asked for
+before the previous change committed ``ReconfigInProgress``. The answer is
 ``/zookeeper/config`` once the change is applied here, holding the joining
-specs as given.
+specs as given. A change whose fate this server cannot tell (no leader, the
+leader lost, this server removed by it before applying it) is never an
+error code: the connection closes, as ZooKeeper's does.
 """
 
 from __future__ import annotations
 
+from zabd.codec import client as schema
 from zabd.codec.members import decode_specs
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.records import DataResult, Reconfig
-from zabd.protocol.membership import Membership
+from zabd.protocol.membership import ONE_AT_A_TIME, Membership
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ZK_RECONFIG, LocalReply, ProposalPath
 from zabd.server.reconfig import ReconfigError, requested
@@ -67,9 +71,15 @@ class ZKReconfig:
         wire = self.waiting.pop((id(reply.session), reply.rid), None)
         if wire is None:
             return b""
-        # refused by the core (bad_request) or not made (no leader): ZooKeeper's nearest codes
-        err = Code.BAD_ARGUMENTS if code == "bad_request" else Code.RECONFIG_IN_PROGRESS
-        return wire.reply(reply.rid, 0, err, None)
+        if code == schema.BAD_REQUEST:  # refused by the core: nothing was proposed
+            err = Code.RECONFIG_IN_PROGRESS if ONE_AT_A_TIME in message else Code.BAD_ARGUMENTS
+            return wire.reply(reply.rid, 0, err, None)
+        # No leader to take it, or a leader lost (or this server removed) before
+        # it applied the change here: the change may have committed or may
+        # still be made, so no error code may say it was not. ZooKeeper's
+        # client sees its server drop the connection and asks again elsewhere.
+        reply.session.hang_up()
+        return b""
 
 
 def _parse(req: Reconfig) -> tuple[dict[int, str], list[int]]:
