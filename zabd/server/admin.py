@@ -13,7 +13,10 @@ the word that shows the same facts is whitelisted (``STATUS_WORDS``). By
 default that is ``srvr``'s part alone. ``/health`` shows what ``srvr`` shows
 and ``/metrics`` the numbers of ``mntr`` and ``dirs``, never an address, a
 path or a session id, as ZooKeeper's metrics exporter serves them whatever
-its whitelist: both are served to all.
+its whitelist: both are served to all. ``/metrics`` also serves ZooKeeper's
+own metric names (``zabd.server.zk_metrics``), as ZooKeeper 3.8's
+PrometheusMetricsProvider does on its port 7000, so that dashboards and alert
+rules written for ZooKeeper read zabd unchanged.
 """
 
 from __future__ import annotations
@@ -48,7 +51,10 @@ STATUS_WORDS = {
                      "watches", "outstanding", "followers_synced", "uptime_s", "open_fds", "max_fds", "gc_ms",
                      "gc_collections", "storage_stats", "sync_sent", "sync_received", "log_base", "snapshots",
                      "kv_keys", "kv_digest", "zk.sessions", "zk.ephemerals", "zk.digest_zxid", "zk.digest",
-                     "zk.connections", "zk.watches", "zk.data_bytes",
+                     "zk.connections", "zk.watches", "zk.data_bytes", "role_uptime_ms", "leader_uptime_ms",
+                     "observers_synced", "syncs_pending",
+                     # ZooKeeper's own counters and summaries (zabd.server.zk_metrics): numbers only
+                     "zk_metrics",
                      # zabd.server.limits' counts by reason and bytes held (/metrics has them): no address
                      "client_limits"), "mntr"),
 }
@@ -83,11 +89,13 @@ def visible_status(st: dict[str, Any], words: Collection[str]) -> dict[str, Any]
 
 class AdminServer:
     def __init__(self, status: Callable[[], dict[str, Any]], registry: CollectorRegistry, log: Any,
-                 words: Collection[str] = DEFAULT_WHITELIST) -> None:
+                 words: Collection[str] = DEFAULT_WHITELIST, zookeeper: Callable[[], str] | None = None) -> None:
         """``words``: the four-letter words ZooKeeper's port answers here
-        (``zabd.server.zk_words.enabled_words``)."""
+        (``zabd.server.zk_words.enabled_words``). ``zookeeper``: ZooKeeper's
+        own families in its exposition, served on ``/metrics`` after zabd's."""
         self.status = status
         self.registry = registry
+        self.zookeeper = zookeeper
         self.log = log
         self.words = words
         self.server: asyncio.AbstractServer | None = None
@@ -115,7 +123,10 @@ class AdminServer:
             body = visible_status(self.status(), self.words)
             return 200, "application/json", json.dumps(body).encode() + b"\n"
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+            text = generate_latest(self.registry)
+            if self.zookeeper is not None:
+                text += self.zookeeper().encode()
+            return 200, CONTENT_TYPE_LATEST, text
         return 404, "text/plain", b"not found; try /health, /status or /metrics\n"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

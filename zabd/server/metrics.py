@@ -24,9 +24,11 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from zabd.server.zk_words import COUNTERS, mntr_rows
+from zabd.server.zk_metrics import SUMMARY_PARTS, ZkMetrics, prometheus_text
+from zabd.server.zk_words import COUNTERS, mntr_rows, zk_gauges
 
 # seconds: 100 us .. 10 s
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -67,10 +69,12 @@ class Counters:
     requests: dict[str, Latency] = field(default_factory=lambda: {"write": Latency(), "sync": Latency()})
     fsync: Latency = field(default_factory=Latency)
     loop_lag: Latency = field(default_factory=Latency)
+    zk: ZkMetrics = field(default_factory=ZkMetrics)  # ZooKeeper's own counters and summaries, its names
 
     def flushed(self, seconds: float, slow_ms: int) -> bool:
         """Count a storage flush; True if it was slow (the caller logs it)."""
         self.fsync.observe(seconds)
+        self.zk.observe("fsynctime", int(seconds * 1000))
         if seconds * 1000 > slow_ms:
             self.slow_fsyncs += 1
             return True
@@ -163,7 +167,7 @@ class ReplicaCollector(Collector):
 def _mntr_families(st: dict[str, Any]) -> Iterator[Metric]:
     """Every number of ZooKeeper's ``mntr`` as ``zabd_<its key>``, from the same rows."""
     for key, value in mntr_rows(st):
-        if isinstance(value, str):
+        if isinstance(value, str) or key in SUMMARY_PARTS:  # a summary's parts: its own families have them
             continue
         doc = f"{key} as ZooKeeper's mntr four-letter word shows it (its client port; latencies in ms)"
         if key in COUNTERS:
@@ -172,7 +176,26 @@ def _mntr_families(st: dict[str, Any]) -> Iterator[Metric]:
             yield GaugeMetricFamily("zabd_" + key, doc, value=float(value))
 
 
+def zookeeper_exposition(status: Callable[[], dict[str, Any]], counters: Counters,
+                         read_only: bool = False) -> Callable[[], str]:
+    """ZooKeeper's families, its names and types, from the same status report
+    as ``mntr`` (empty while this node serves no clients: ZooKeeper has
+    unregistered its server's gauges then)."""
+
+    def text() -> str:
+        st = status()
+        if "zk" not in st:
+            return ""
+        part = st.get("zk_metrics", {})
+        return prometheus_text(zk_gauges(st, read_only), part.get("counters", {}), counters.zk.summaries)
+
+    return text
+
+
 def registry(collector: ReplicaCollector) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
+    # process_cpu_seconds_total, process_open_fds, ...: the names ZooKeeper's
+    # exporter serves beside its own (simpleclient's StandardExports)
+    ProcessCollector(registry=reg)
     return reg

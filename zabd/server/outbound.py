@@ -17,10 +17,11 @@ from typing import Any
 
 from zabd.codec import peer as wire
 from zabd.protocol.effects import SendSync
-from zabd.protocol.messages import AckLeader, Message, NewLeader, ProposeMany, SyncInfo
+from zabd.protocol.messages import AckLeader, Commit, Message, NewLeader, Propose, ProposeMany, SyncInfo
 from zabd.protocol.node import Node
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
+from zabd.server.zk_metrics import ZkMetrics
 
 # Test hook (not a ZABD_* variable: those are config fields): SIGKILL this
 # process right after an AckLeader frame was queued for its socket.
@@ -37,7 +38,10 @@ class Outbound:
         now: Callable[[], int],
         max_frame: int,
         log: Any,
+        metrics: ZkMetrics | None = None,
     ) -> None:
+        """``metrics``: where the leader's proposals and commits are counted (ZooKeeper's names)."""
+        self.metrics = metrics
         self.max_frame = max_frame
         self.node = node
         self.transport = transport
@@ -63,6 +67,13 @@ class Outbound:
                 self.send(peer, msg)
             return
         net = self.transport
+        if self.metrics is not None and self.node.peers:  # as ZooKeeper's Leader counts what it sends
+            if isinstance(msg, ProposeMany):
+                self.metrics.count("proposal_count", len(msg.txns))
+            elif isinstance(msg, Propose):
+                self.metrics.count("proposal_count")
+            elif isinstance(msg, Commit):
+                self.metrics.count("commit_count")
         if type(msg) is ProposeMany:
             frames = wire.encode_propose_many(msg, self.max_frame)
             if len(frames) > 1:

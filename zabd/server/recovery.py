@@ -23,6 +23,9 @@ class Recovered(NamedTuple):
     applied: int  # the commit point the state machine now reflects
     base: int  # the retained history starts right after this zxid
     seconds: float
+    snapshot_seconds: float | None = None  # loading the snapshot (None: there was none)
+    replayed: int = 0  # txns applied from the log after it
+    replay_seconds: float = 0.0
 
 
 REPLAY_PAGE = 16 << 20  # bytes of log read at a time while replaying
@@ -32,8 +35,11 @@ def recover(
     state: PersistentState, storage: Storage, node: Node, machine: StateMachine, log: Any, warnings: list[str]
 ) -> Recovered:
     t0 = time.monotonic()
+    snapshot_s = None
     if state.snapshot is not None:
         machine.restore(state.snapshot)
+        snapshot_s = time.monotonic() - t0
+    t1 = time.monotonic()
     # every committed txn after the snapshot, streamed from the log: the
     # restart costs the log since the snapshot, not the whole history
     after = state.snapshot_zxid
@@ -47,6 +53,7 @@ def recover(
             apply(txn)
         replayed += len(page)
         after = page[-1].zxid
+    replay_s = time.monotonic() - t1
     if state.history or state.current_epoch or state.accepted_epoch or state.window_base:
         at_base = membership_at(machine.membership_changes, state.window_base)
         node.restore(
@@ -74,4 +81,4 @@ def recover(
         committed=zx.fmt(state.last_committed),
         seconds=round(took, 3),
     )
-    return Recovered(state.last_committed, state.log_base, took)
+    return Recovered(state.last_committed, state.log_base, took, snapshot_s, replayed, replay_s)

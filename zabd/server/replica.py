@@ -30,7 +30,7 @@ from zabd import __version__
 from zabd.codec import peer as wire
 from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
-from zabd.protocol.messages import EXTENDED_TYPES, Message, SyncInfo
+from zabd.protocol.messages import EXTENDED_TYPES, Commit, Message, Propose, ProposeMany, SyncInfo
 from zabd.protocol.node import FOLLOWING, Node, role_name
 from zabd.protocol.options import for_server
 from zabd.server.admin import AdminServer
@@ -38,12 +38,12 @@ from zabd.server.applier import Applier, Watches
 from zabd.server.auth import Authenticator, load_tokens
 from zabd.server.client_service import ClientService
 from zabd.server.config import ServerConfig
-from zabd.server.metrics import Counters, ReplicaCollector, registry
+from zabd.server.metrics import Counters, ReplicaCollector, registry, zookeeper_exposition
 from zabd.server.outbound import Outbound
 from zabd.server.peer_session import PeerEvent, SyncArrived
 from zabd.server.pipeline import EffectPipeline
 from zabd.server.proposals import ProposalPath
-from zabd.server.recovery import recover
+from zabd.server.recovery import Recovered, recover
 from zabd.server.roles import RoleTracker
 from zabd.server.snapshots import Snapshotter
 from zabd.server.status import GcTimer, StatusReport, freeze_survivors
@@ -80,7 +80,7 @@ class Replica:
         self.snapshotter = None
         if self.disk is not None and not isinstance(self.machine, NullMachine):
             self.snapshotter = Snapshotter.for_server(
-                config, self.disk, self.machine, self._snapshot_failed, self._purged
+                config, self.disk, self.machine, self._snapshot_failed, self._purged, self._snapshot_taken
             )
         self.applier = Applier(
             self.node, storage, self.machine, self.recovered.applied, config.max_frame, self.snapshotter
@@ -88,6 +88,7 @@ class Replica:
         self.auth = Authenticator(load_tokens(config.auth_tokens_file) if config.auth_tokens_file else None)
         self.transport = Transport(config, self, self.log, auth_required=self.auth.required)
         self.counters = Counters()
+        self._recovery_observed(self.recovered)
         self.proposals = ProposalPath(
             self.node, self.machine, self, self.applier, config.max_inflight, self.counters.requests
         )
@@ -102,16 +103,19 @@ class Replica:
         )
         # the admin port tells no more than the four-letter words anyone may send
         self.admin = AdminServer(self.status, registry(self._collector()), self.log,
-                                 enabled_words(config.zk_4lw_whitelist, config.zk_read_only))
+                                 enabled_words(config.zk_4lw_whitelist, config.zk_read_only),
+                                 zookeeper_exposition(self.status, self.counters, config.zk_read_only))
         # ZooKeeper sessions live beside the KV store in the same machine
         self.zk, self.keeper = zookeeper_layer(config, self.node, self.machine, self.proposals, self, self.log)
-        self.zk_port = open_zookeeper_port(self.transport, self.zk, self.status, self._kick, self.log)
+        self.zk_port = open_zookeeper_port(self.transport, self.zk, self.status, self._kick, self.log,
+                                           self.counters.zk)
         self.status.zk, self.status.zk_port = self.zk, self.zk_port
+        self.status.counters, self.status.keeper = self.counters, self.keeper
         self.clients = ClientService(
             self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth, self.zk
         )
         self.outbound = Outbound(
-            self.node, self.transport, self.sync, self.now, config.max_frame, self.log
+            self.node, self.transport, self.sync, self.now, config.max_frame, self.log, self.counters.zk
         )
         self.send, self.broadcast, self.send_sync = self.outbound.send, self.outbound.broadcast, self.outbound.send_sync
         self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed
@@ -128,6 +132,10 @@ class Replica:
             wire.ForwardOk: lambda _, f: self.proposals.on_forward_ok(f),
             wire.ForwardErr: lambda _, f: self.proposals.on_forward_err(f),
         }
+        # what a learner is sent, counted as ZooKeeper's Follower counts it
+        self._on_peer[Propose] = self._proposed
+        self._on_peer[ProposeMany] = self._proposed_many
+        self._on_peer[Commit] = self._commit_received
         if self.keeper is not None:
             self._on_peer[wire.ZKTouch] = self.keeper.on_touch
         self._scheduled = False
@@ -139,6 +147,19 @@ class Replica:
         self._stopping = False
         self._stopped: asyncio.Event | None = None
         self.fatal: BaseException | None = None
+
+    def _recovery_observed(self, r: Recovered) -> None:
+        zk = self.counters.zk
+        zk.observe("dbinittime", int(r.seconds * 1000))
+        if r.snapshot_seconds is not None:
+            zk.observe("startup_snap_load_time", int(r.snapshot_seconds * 1000))
+        zk.observe("startup_txns_loaded", r.replayed)
+        zk.observe("startup_txns_load_time", int(r.replay_seconds * 1000))
+
+    def _snapshot_taken(self, seconds: float) -> None:
+        """From the snapshot thread: the summaries are the loop's."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.counters.zk.observe, "snapshottime", int(seconds * 1000))
 
     def _purged(self, snapshots: int, segments: int) -> None:
         """From the snapshot thread, after an autopurge."""
@@ -399,6 +420,18 @@ class Replica:
         self._kick()
 
     def _core_message(self, peer: int, msg: Message) -> None:
+        self.node.on_message(peer, msg, self.now())
+
+    def _proposed(self, peer: int, msg: Propose) -> None:
+        self.counters.zk.count("learner_proposal_received_count")
+        self.node.on_message(peer, msg, self.now())
+
+    def _proposed_many(self, peer: int, msg: ProposeMany) -> None:
+        self.counters.zk.count("learner_proposal_received_count", len(msg.txns))
+        self.node.on_message(peer, msg, self.now())
+
+    def _commit_received(self, peer: int, msg: Commit) -> None:
+        self.counters.zk.count("learner_commit_received_count")
         self.node.on_message(peer, msg, self.now())
 
     def _sync_arrived(self, peer: int, got: SyncArrived) -> None:

@@ -39,14 +39,31 @@ class RoleTracker:
         self.log = log
         self.announced = (LOOKING, 0, 0, 0)  # role, leader, epoch, phase as last carried out
         self._looking_since: float | None = time.monotonic()
+        self._election_since: float | None = self._looking_since  # until the leader is known
+        self._sync_since: float | None = None  # a follower's sync with its leader, until it serves
+        # when the current role (this epoch's) began, and when it began to serve: ZooKeeper's
+        # uptime and leader_uptime, whose server objects are made anew at each election
+        self.role_since = time.monotonic()
+        self.serving_since: float | None = None
 
     def changed(self, change: RoleChanged) -> None:
         old_role, old_leader, old_epoch, old_phase = self.announced
         self.announced = (change.role, change.leader, change.epoch, change.phase)
         now = time.monotonic()
         if change.role == LOOKING and old_role != LOOKING:
-            self._looking_since = now
+            self._looking_since = self._election_since = now
             self.counters.elections += 1
+        if (change.role, change.epoch) != (old_role, old_epoch):
+            self.role_since, self.serving_since = now, None
+        if change.role != LOOKING and self._election_since is not None:
+            self.counters.zk.observe("election_time", int((now - self._election_since) * 1000))
+            self._election_since = None
+            self._sync_since = now if change.role == FOLLOWING else None
+        if change.phase == PHASE_BROADCAST and self.serving_since is None:
+            self.serving_since = now
+            if self._sync_since is not None and change.role == FOLLOWING:
+                self.counters.zk.observe("follower_sync_time", int((now - self._sync_since) * 1000))
+            self._sync_since = None
             self.log.info("election started", reason=self.node.election_reason, was=ROLE_NAMES[old_role])
         self.log.info("role changed", new_role=ROLE_NAMES[change.role], leader=change.leader,
                       phase=PHASE_NAMES[change.phase], epoch=change.epoch)

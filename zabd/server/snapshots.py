@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -66,11 +67,12 @@ class Snapshotter:
         machine: StateMachine,
         on_error: Callable[[BaseException], None],
         on_purge: Callable[[int, int], None] | None = None,
+        on_taken: Callable[[float], None] | None = None,
     ) -> Snapshotter:
         # a per-node seed, so that the nodes of a cluster do not all snapshot at once
         seed = config.seed ^ (config.id * 0x9E3779B97F4A7C15 & 0xFFFF_FFFF_FFFF_FFFF)
         return cls(store, machine, snap_count=config.snap_count, retain=config.snap_retain if config.autopurge else 0,
-                   seed=seed, on_error=on_error, on_purge=on_purge)
+                   seed=seed, on_error=on_error, on_purge=on_purge, on_taken=on_taken)
 
     def __init__(
         self,
@@ -82,8 +84,10 @@ class Snapshotter:
         seed: int | None = None,
         on_error: Callable[[BaseException], None] | None = None,
         on_purge: Callable[[int, int], None] | None = None,
+        on_taken: Callable[[float], None] | None = None,
     ) -> None:
-        """``retain`` 0: never purge (autopurge off)."""
+        """``retain`` 0: never purge (autopurge off). ``on_taken``: told, from
+        the snapshot thread, the seconds each snapshot took to encode and write."""
         if snap_count < 2:
             raise ValueError(f"snap_count {snap_count} is below 2")
         if retain < 0:
@@ -99,6 +103,7 @@ class Snapshotter:
         self.error: BaseException | None = None
         self._on_error = on_error
         self._on_purge = on_purge
+        self._on_taken = on_taken
         self.stats = SnapshotStats()
 
     @property
@@ -126,8 +131,11 @@ class Snapshotter:
 
     def _run(self, zxid: int, view: object, encode: Callable[[object], bytes]) -> None:
         try:
+            t0 = time.monotonic()
             data = encode(view)
             self.storage.write_snapshot(zxid, data)
+            if self._on_taken is not None:
+                self._on_taken(time.monotonic() - t0)
             self.stats.taken += 1
             self.stats.last_zxid = zxid
             snaps = segs = 0

@@ -15,15 +15,17 @@ from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
 from zabd.kv.zk.tree import DataTree
 from zabd.protocol import zxid as zx
+from zabd.protocol.effects import PHASE_BROADCAST
 from zabd.protocol.node import LEADING, Node, role_name
 from zabd.server.applier import Applier, Watches
 from zabd.server.config import ServerConfig
-from zabd.server.metrics import dir_bytes
+from zabd.server.metrics import Counters, dir_bytes
 from zabd.server.proposals import ProposalPath
 from zabd.server.roles import PHASE_NAMES, RoleTracker
 from zabd.server.snapshots import Snapshotter
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
+from zabd.server.zk_metrics import status_part
 from zabd.storage.base import Storage
 from zabd.storage.disk import DiskStorage
 
@@ -165,6 +167,8 @@ class StatusReport:
         self.started = time.monotonic()
         self.zk: Any = None  # the ZooKeeper session layer (zabd.server.zk_sessions), when there is a machine
         self.zk_port: PortNumbers | None = None  # ZooKeeper's client port, when it is on
+        self.counters: Counters | None = None  # the replica's event counts (ZooKeeper's own metrics among them)
+        self.keeper: Any = None  # the leader's session expirer (zabd.server.zk_expiry), when there is a tree
         self.data_size = DataSize()
         self.dirs = {"log": storage.log_dir, "snapshot": storage.snap_dir} if isinstance(storage, DiskStorage) else {}
 
@@ -200,7 +204,12 @@ class StatusReport:
             },
             "watches": len(self.watches.sessions),
             "outstanding": self.proposals.in_flight,
+            "syncs_pending": len(self.proposals.reads),  # sync requests waiting for the leader's read barrier
             "followers_synced": len(node.leader_acks) - 1 if node.role == LEADING and node.synced else 0,
+            # observers linked to this leader and not being synced: in its broadcast phase
+            "observers_synced": sum(1 for o in node.membership.observers
+                                    if self.transport.connected(o) and o not in node.syncing
+                                    and o not in node.needs_sync) if node.role == LEADING and node.synced else 0,
             "uptime_s": round(time.monotonic() - self.started, 3),
             "open_fds": open_fds(),
             "max_fds": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
@@ -217,12 +226,26 @@ class StatusReport:
                 "snapshots_purged": s.snapshots_purged,
                 "segments_purged": s.segments_purged,
             }
+        now = time.monotonic()
+        # ZooKeeper's uptime and leader_uptime: its server objects are made anew at each election
+        out["role_uptime_ms"] = int((now - self.roles.role_since) * 1000)
+        if self.roles.serving_since is not None and role == LEADING and phase == PHASE_BROADCAST:
+            out["leader_uptime_ms"] = int((now - self.roles.serving_since) * 1000)
+        if self.counters is not None:
+            sent = self.sync.sent
+            out["zk_metrics"] = status_part(self.counters.zk, {
+                "looking_count": self.counters.elections,
+                "diff_count": sent["DIFF"] + sent["TRUNC"],
+                "snap_count": sent["SNAP"],
+                "connection_rejected": sum(self.transport.guard.refused.values()),
+                "stale_sessions_expired": self.keeper.expired if self.keeper is not None else 0,
+            })
         if self.kv is not None:
             out["kv_keys"] = len(self.kv.store.data)
             out["kv_digest"] = self.kv.digest()
             tree = self.kv.zk
             out["zk"] = {
-                "znodes": len(tree),
+                "znodes": len(tree) + 1,  # as ZooKeeper counts them: its DataTree holds the root twice ("" and "/")
                 "sessions": len(tree.sessions),
                 "ephemerals": sum(len(e) for e in tree.ephemerals.values()),
                 # the tree's digest as of its last applied ZooKeeper txn: two

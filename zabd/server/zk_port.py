@@ -35,8 +35,9 @@ from zabd.kv.zk.events import EventType, KeeperState
 from zabd.server import zk_words as words
 from zabd.server.client_session import ClientSession
 from zabd.server.transport import ClientLink, Transport
+from zabd.server.zk_metrics import ZkMetrics
 from zabd.server.zk_sessions import ZKSessions
-from zabd.server.zk_stats import Client, ConnStats, PortStats
+from zabd.server.zk_stats import UPDATE_OPS, Client, ConnStats, PortStats
 from zabd.server.zk_words import ZK_WORDS, Status
 from zabd.tls import server_context
 
@@ -75,7 +76,7 @@ class JuteWire:
         s = self.stats
         s.sent += 1
         s.op = jute.OP_CREATE_SESSION
-        s.answered.append(self.since)
+        s.updates.append(self.since)
         self.opened = True
         if self.on_session is not None:
             self.on_session(True)
@@ -99,7 +100,7 @@ class JuteWire:
         s.op = op
         s.cxid = xid
         s.zxid = zxid
-        s.answered.append(arrived)
+        (s.updates if op in UPDATE_OPS else s.answered).append(arrived)
         return jute.encode_reply(xid, zxid, int(err), op, result, multi_ops=multi_ops)
 
     def event(self, kind: EventType, state: KeeperState, path: str, zxid: int) -> bytes:
@@ -111,14 +112,17 @@ class JuteWire:
 
 class ZKPort:
     def __init__(self, sessions: ZKSessions, status: Status, conf: dict[str, Any], kick: Callable[[], None],
-                 log: Any) -> None:
+                 log: Any, metrics: ZkMetrics | None = None) -> None:
+        """``metrics``: where ZooKeeper's own counters of its client port are
+        counted (bytes and ConnectRequests read, read and update latencies)."""
         self.sessions = sessions
         self.status = status
         self.conf = conf  # what ``conf`` shows
         self.kick = kick  # the server has work queued (proposals, answers)
         self.log = log
         self.wires: dict[ClientSession, JuteWire] = {}
-        self.stats = PortStats()
+        self.metrics = metrics if metrics is not None else ZkMetrics()
+        self.stats = PortStats(self.metrics)
         # frames read while the connection's session is being created, in order
         self.held: dict[ClientSession, list[bytes]] = {}
 
@@ -131,6 +135,7 @@ class ZKPort:
 
     def handle(self, io: ClientSession, bodies: list[bytes], addr: str) -> bool:
         """Frames of one connection; False: close it once the answers are out."""
+        self.metrics.counts["bytes_received_count"] += sum(map(len, bodies)) + 4 * len(bodies)
         wire = self.wires.get(io)
         if wire is None:
             self._stats(io, addr).received += len(bodies)
@@ -147,6 +152,7 @@ class ZKPort:
         return self._requests(io, wire, bodies, addr)
 
     def _connect(self, io: ClientSession, body: bytes, addr: str) -> JuteWire | None:
+        self.metrics.counts["connection_request_count"] += 1
         try:
             req = jute.decode_connect(body)
         except jute.JuteError as exc:
@@ -222,6 +228,7 @@ class ZKPort:
         """A four-letter word instead of a connect: answered in text, then closed."""
         stats = self._stats(io, "?")
         stats.received += 1  # as ZooKeeper counts it
+        self.metrics.counts["bytes_received_count"] += 4
         stats.reading = False
         io.answer(words.answer(word, self).encode())
         io.hang_up()
@@ -311,7 +318,7 @@ class ZKClientLink(ClientLink):
         self.pace()
 
     def take_output(self, now: float) -> list[bytes]:
-        if self.stats.answered:  # the answers encoded so far leave now: their latencies end here
+        if self.stats.answered or self.stats.updates:  # the answers encoded so far leave now: their latencies end
             self.stats.written(now)
         return super().take_output(now)
 
@@ -327,7 +334,7 @@ CONF_FIELDS = ("id", "client", "zookeeper", "peers", "tick_ms", "zk_tick_ms", "z
 
 
 def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, status: Status,
-                        kick: Callable[[], None], log: Any) -> ZKPort | None:
+                        kick: Callable[[], None], log: Any, metrics: ZkMetrics | None = None) -> ZKPort | None:
     """ZooKeeper's client port, if the configuration names one and the server
     holds the tree: it listens when the transport starts."""
     cfg = transport.config
@@ -335,7 +342,7 @@ def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, statu
     if (addr is None and secure is None) or sessions is None:
         return None
     conf = {k: v for k, v in cfg.model_dump().items() if k in CONF_FIELDS}
-    port = ZKPort(sessions, status, conf, kick, log)
+    port = ZKPort(sessions, status, conf, kick, log, metrics)
     if addr is not None:
         # tls_client covers both client ports
         transport.more_ports.append(

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from zabd.codec import jute
 from zabd.server.client_session import ClientSession
+from zabd.server.zk_metrics import ZkMetrics
 
 # ZooKeeper's FinalRequestProcessor's names of the last operation (``lop``)
 OP_NAMES = {
@@ -31,15 +32,21 @@ OP_NAMES = {
     jute.OP_CLOSE_SESSION: "CLOS",
 }
 _U64 = (1 << 64) - 1
+# requests that are txns, which ZooKeeper times as updates (the others, pings too, as reads)
+UPDATE_OPS = frozenset({
+    jute.OP_CREATE, jute.OP_CREATE2, jute.OP_CREATE_CONTAINER, jute.OP_CREATE_TTL, jute.OP_DELETE,
+    jute.OP_DELETE_CONTAINER, jute.OP_SET_DATA, jute.OP_SET_ACL, jute.OP_MULTI, jute.OP_RECONFIG,
+    jute.OP_CREATE_SESSION, jute.OP_CLOSE_SESSION,
+})
 
 
 class ConnStats:
     """One connection's counters."""
 
     __slots__ = ("addr", "est_ms", "reading", "received", "sent", "op", "cxid", "zxid", "arrived", "answered",
-                 "count", "total_s", "min_s", "max_s", "last_s", "last_resp")
+                 "updates", "count", "total_s", "min_s", "max_s", "last_s", "last_resp", "metrics")
 
-    def __init__(self, addr: str = "", est_ms: int = 0) -> None:
+    def __init__(self, addr: str = "", est_ms: int = 0, metrics: ZkMetrics | None = None) -> None:
         self.addr = addr
         self.est_ms = est_ms  # wall-clock ms when the connection was accepted (ZooKeeper's ``est``)
         self.reading = True  # False once a four-letter word was read: the connection reads no more
@@ -49,7 +56,10 @@ class ConnStats:
         self.cxid = 0
         self.zxid = 0
         self.arrived = 0.0  # monotonic seconds: when the frames being handled now were read
-        self.answered: list[float] = []  # arrival times of answers encoded and not written yet
+        # arrival times of answers encoded and not written yet: of reads, and of txns (ZooKeeper's updates)
+        self.answered: list[float] = []
+        self.updates: list[float] = []
+        self.metrics = metrics  # the port's: ZooKeeper's read and update latency summaries
         self.count = 0
         self.total_s = 0.0
         self.min_s = 0.0
@@ -59,18 +69,26 @@ class ConnStats:
 
     def written(self, now: float) -> None:
         """The answers encoded so far went out at ``now`` (monotonic seconds)."""
-        answered = self.answered
-        n = len(answered)
-        newest, oldest = max(answered), min(answered)
-        self.total_s += n * now - sum(answered)
+        reads, updates = self.answered, self.updates
+        n = len(reads) + len(updates)
+        newest = max(max(reads, default=0.0), max(updates, default=0.0))
+        oldest = min(min(reads, default=now), min(updates, default=now))
+        self.total_s += n * now - sum(reads) - sum(updates)
         if self.count == 0 or now - newest < self.min_s:
             self.min_s = now - newest
         if now - oldest > self.max_s:
             self.max_s = now - oldest
         self.count += n
-        self.last_s = now - answered[-1]
+        self.last_s = now - newest
         self.last_resp = now
-        answered.clear()
+        if self.metrics is not None:  # ZooKeeper's readlatency and updatelatency, in whole ms
+            summaries = self.metrics.summaries
+            if reads:
+                summaries["readlatency"].observe_many([int((now - a) * 1000) for a in reads])
+            if updates:
+                summaries["updatelatency"].observe_many([int((now - a) * 1000) for a in updates])
+        reads.clear()
+        updates.clear()
 
     def add(self, other: ConnStats) -> None:
         """Count ``other``'s packets and latencies in these."""
@@ -112,12 +130,13 @@ def _ms(seconds: float) -> int:
 class PortStats:
     """The counters of every connection of the port, and of those it had."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: ZkMetrics | None = None) -> None:
         self.live: dict[ClientSession, ConnStats] = {}
         self.gone = ConnStats()  # the closed connections' sums
+        self.metrics = metrics
 
     def opened(self, io: ClientSession, addr: str) -> ConnStats:
-        stats = self.live[io] = ConnStats(addr, int(time.time() * 1000))
+        stats = self.live[io] = ConnStats(addr, int(time.time() * 1000), self.metrics)
         return stats
 
     def closed(self, io: ClientSession) -> None:

@@ -22,6 +22,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from zabd.server import zk_metrics
 from zabd.server.zk_stats import Client
 
 # what ZooKeeper's clients parse a version from; zabd speaks its 3.8 protocol
@@ -39,7 +40,11 @@ NEEDS_SERVING = frozenset({"srvr", "stat", "mntr", "conf", "cons", "wchs", "dirs
 NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"
 _ZAB_STATES = {"none": "discovery", "sync": "synchronization", "broadcast": "broadcast"}
 # the mntr lines that are counters (``/metrics`` exports them as such; the others are gauges)
-COUNTERS = frozenset({"zk_packets_received", "zk_packets_sent"})
+COUNTERS = frozenset({"zk_packets_received", "zk_packets_sent", *(f"zk_{n}" for n in zk_metrics.COUNTERS)})
+# the mntr lines that are not ZooKeeper's gauges: text, its counters, or a summary's parts (zk_metrics)
+NOT_GAUGES = frozenset({"zk_version", "zk_server_state", "zk_peer_state", "zk_digest",
+                        *(f"zk_{n}" for n in zk_metrics.COUNTERS),
+                        *zk_metrics.SUMMARY_PARTS})
 
 
 class Status(Protocol):
@@ -108,17 +113,28 @@ def mntr_rows(st: dict[str, Any], read_only: bool = False) -> list[tuple[str, st
         ("zk_max_file_descriptor_count", st.get("max_fds", 0)),
         ("zk_global_sessions", zk.get("sessions", 0)),
         ("zk_local_sessions", 0),
-        ("zk_uptime", int(float(st.get("uptime_s", 0)) * 1000)),
+        ("zk_uptime", int(st.get("role_uptime_ms", 0))),  # ZooKeeper's server object is made anew each election
         ("zk_quorum_size", len(st.get("peers", ())) + 1 - len(st.get("observers", ()))),
         ("zk_digest", zk.get("digest", "")),
     ]
     if m == "leader":
         learners = len(st.get("peers_connected", ()))
         synced = int(st.get("followers_synced", 0))
+        observers = int(st.get("observers_synced", 0))
+        # a learner that does not vote is an observer here: no non-voting followers
         rows += [("zk_learners", learners), ("zk_synced_followers", synced),
-                 ("zk_synced_non_voting_followers", 0), ("zk_synced_observers", 0),
-                 ("zk_pending_syncs", max(0, learners - synced))]
-    return rows
+                 ("zk_synced_non_voting_followers", 0), ("zk_synced_observers", observers),
+                 ("zk_pending_syncs", int(st.get("syncs_pending", 0)))]  # sync requests, as ZooKeeper's Leader
+        if "leader_uptime_ms" in st:
+            rows.append(("zk_leader_uptime", int(st["leader_uptime_ms"])))
+    return rows + zk_metrics.mntr_rows(st.get("zk_metrics", {}))
+
+
+def zk_gauges(st: dict[str, Any], read_only: bool = False) -> list[tuple[str, float]]:
+    """ZooKeeper's gauges, under its Prometheus names: the numeric lines of
+    ``mntr`` that are neither counters nor parts of a summary, less ``zk_``."""
+    return [(key[3:], float(value)) for key, value in mntr_rows(st, read_only)
+            if key not in NOT_GAUGES and not isinstance(value, str)]
 
 
 def _latency(zk: dict[str, Any]) -> str:
