@@ -23,11 +23,14 @@ from tests.server.zk_driver import four_letter
 from zabd.client.spawn import LocalCluster
 from zabd.codec import jute
 from zabd.kv.zk.records import GetData
+from zabd.server.zk_metrics import NOT_MEASURED
 from zabd.server.zk_words import FOUR_LETTER_WORDS, ZK_WORDS
 
 Factory = Callable[..., LocalCluster]
 REQUESTS = 60
 ALL = {"zk_4lw_whitelist": "*"}
+# lines of ZooKeeper's mntr that are no metric of its ServerMetrics (docs/zookeeper.md)
+MNTR_ONLY_ZOOKEEPER: dict[str, str] = {}
 
 
 def first(text: str) -> str:
@@ -88,7 +91,9 @@ def test_mntr_counts_packets_and_latency_as_metrics_does(cluster_factory: Factor
     assert wchs == "1 connections watching 1 paths\nTotal watches:1\n"
 
     # the load stopped: mntr and /metrics read the same counters
-    words = mntr(cluster.zk_addr(node))
+    mntr_text = four_letter(cluster.zk_addr(node), "mntr")
+    words = dict(line.split("\t") for line in mntr_text.splitlines())
+    answer_packets = -(-len(mntr_text.encode()) // 8192)  # mntr's own answer, counted once written
     exported = metrics(cluster.admin_ports[node])
     assert words["zk_server_state"] == "follower" and words["zk_peer_state"] == "following - broadcast"
     assert int(words["zk_packets_received"]) >= REQUESTS + 2
@@ -99,8 +104,8 @@ def test_mntr_counts_packets_and_latency_as_metrics_does(cluster_factory: Factor
     assert int(words["zk_approximate_data_size"]) > len("/w/zookeeper")
     assert int(words["zk_open_file_descriptor_count"]) > 0 and int(words["zk_max_file_descriptor_count"]) > 0
     assert words["zk_num_alive_connections"] == "1"  # mntr's own, as ZooKeeper counts it
-    for key in ("zk_packets_received", "zk_packets_sent"):
-        assert exported[f"zabd_{key}_total"] == float(words[key]), key
+    assert exported["zabd_zk_packets_received_total"] == float(words["zk_packets_received"])
+    assert exported["zabd_zk_packets_sent_total"] == float(words["zk_packets_sent"]) + answer_packets
     for key in ("zk_avg_latency", "zk_min_latency", "zk_max_latency", "zk_outstanding_requests", "zk_znode_count",
                 "zk_watch_count", "zk_ephemerals_count", "zk_approximate_data_size", "zk_global_sessions",
                 "zk_quorum_size"):
@@ -111,7 +116,8 @@ def test_mntr_counts_packets_and_latency_as_metrics_does(cluster_factory: Factor
     assert lat, srvr
     assert float(lat.group(2)) == float(words["zk_avg_latency"])
     assert int(lat.group(4)) == int(words["zk_packets_received"]) + 1  # and srvr's own word
-    assert int(lat.group(5)) == int(words["zk_packets_sent"])
+    # and mntr's answer: a packet per 8 KiB, as ZooKeeper counts a word's answer
+    assert int(lat.group(5)) == int(words["zk_packets_sent"]) + answer_packets
 
     leader_words = mntr(cluster.zk_addr(leader))
     assert leader_words["zk_server_state"] == "leader" and leader_words["zk_synced_followers"] == "2"
@@ -142,7 +148,7 @@ def test_requests_on_a_bare_connection_are_counted(cluster_factory: Factory) -> 
             bodies += reader.feed(data)
     after = mntr(addr)
     assert int(after["zk_packets_received"]) - int(before["zk_packets_received"]) == 41 + 1  # + mntr's own word
-    assert int(after["zk_packets_sent"]) - int(before["zk_packets_sent"]) == 41
+    assert int(after["zk_packets_sent"]) - int(before["zk_packets_sent"]) == 41 + 1  # + the first mntr's answer
 
 
 def test_a_node_without_a_quorum_is_not_serving(cluster_factory: Factory) -> None:
@@ -225,3 +231,87 @@ def test_the_same_words_answered_and_refused_as_zookeeper(tmp_path: Path, cluste
                     if word != "conf":  # zabd's own settings, not ZooKeeper's keys
                         assert first(mine) == first(theirs), (cfg, word, mine, theirs)
             assert "srvr" in answered, cfg
+
+
+def bare_reads(addr: str, n: int) -> None:
+    """A ConnectRequest and ``n`` getData of /zookeeper on one connection, every answer read."""
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        reader = jute.FrameReader(1 << 20)
+        batch = b"".join(jute.encode_request(x, jute.OP_GET_DATA, GetData("/zookeeper")) for x in range(1, n + 1))
+        s.sendall(jute.encode_connect(jute.ConnectRequest(0, 0, 30_000, 0, b"", False)))
+        bodies: list[bytes] = []
+        while not bodies:  # the session first: ZooKeeper reads nothing else until it exists
+            data = s.recv(65536)
+            assert data
+            bodies += reader.feed(data)
+        s.sendall(batch)
+        while len(bodies) < n + 1:
+            data = s.recv(65536)
+            assert data
+            bodies += reader.feed(data)
+
+
+@needs_zookeeper
+def test_mntr_row_by_row_as_zookeeper(tmp_path: Path, cluster_factory: Factory) -> None:
+    """Debian's ZooKeeper 3.8 and zabd, standalone, the same tree, watches and
+    sessions: every key ZooKeeper's mntr prints is printed by zabd, or named
+    with its reason in zk_metrics.NOT_MEASURED; the ones with the same
+    meaning have the same value, and the counters grow by the same amount
+    for the same requests."""
+    ours = cluster_factory(1, extra=ALL)
+    asyncio.run(ours.wait_leader())
+    theirs = StandaloneZooKeeper(tmp_path / "zk", ["4lw.commands.whitelist=*"])
+    with zookeepers(theirs):
+        addrs = {"zk": theirs.addr, "zabd": ours.zk_addr(1)}
+        clients = {}
+        config = {}
+        for side, addr in addrs.items():
+            zk = clients[side] = KazooClient(hosts=addr, timeout=10.0)
+            zk.start(timeout=30)
+            zk.create("/app", b"")
+            zk.create("/app/data", b"x" * 100)
+            zk.create("/app/e1", b"eph", ephemeral=True)
+            zk.create("/app/e2", b"", ephemeral=True)
+            zk.get("/app/data", watch=lambda event: None)
+            zk.get_children("/app", watch=lambda event: None)
+            zk.exists("/app/none", watch=lambda event: None)
+            config[side] = len(zk.get("/zookeeper/config")[0])
+        try:
+            texts = {side: four_letter(addr, "mntr") for side, addr in addrs.items()}
+            rows = before = {side: dict(line.split("\t") for line in text.splitlines()) for side, text in texts.items()}
+            for addr in addrs.values():
+                bare_reads(addr, 10)
+            after = {side: mntr(addr) for side, addr in addrs.items()}
+        finally:
+            for zk in clients.values():
+                zk.stop()
+                zk.close()
+
+    theirs_rows, mine = rows["zk"], rows["zabd"]
+    missing = []
+    for key in theirs_rows:
+        # a gauge or counter, a summary's part (zk_avg_<name>, zk_p99_<name>), a summary set's (zk_avg_<key>_<name>)
+        name = key.removeprefix("zk_")
+        part = re.sub(r"^(avg|min|max|cnt|sum|p50|p95|p99|p999)_", "", name)
+        explained = name in NOT_MEASURED or part in NOT_MEASURED or any(part.endswith("_" + n) for n in NOT_MEASURED)
+        if key not in mine and not explained and key not in MNTR_ONLY_ZOOKEEPER:
+            missing.append(key)
+    assert not missing, f"ZooKeeper's mntr prints these and zabd neither prints nor explains them: {missing}"
+    for key in ("zk_server_state", "zk_znode_count", "zk_watch_count", "zk_ephemerals_count", "zk_global_sessions",
+                "zk_local_sessions", "zk_num_alive_connections", "zk_outstanding_requests"):
+        assert mine[key] == theirs_rows[key], (key, mine[key], theirs_rows[key])
+    assert mine["zk_znode_count"] == "9"  # the root twice, /zookeeper, its quota and config, /app and its 3
+    # ZooKeeper counts every znode's path and data; the config nodes differ (zabd's lists its servers)
+    assert (int(mine["zk_approximate_data_size"]) - config["zabd"]
+            == int(theirs_rows["zk_approximate_data_size"]) - config["zk"])
+    # a standalone ZooKeeper has run no election: zabd elected itself once
+    assert theirs_rows["zk_cnt_dbinittime"] == mine["zk_cnt_dbinittime"] == "1"
+    # the same requests on the same kind of connection: the counters move alike
+    for key in ("zk_packets_received", "zk_packets_sent", "zk_bytes_received_count", "zk_connection_request_count",
+                "zk_cnt_readlatency", "zk_cnt_updatelatency"):
+        grew = {side: int(after[side][key]) - int(before[side][key]) for side in addrs}
+        if key == "zk_packets_sent":  # less the first mntr's answer: a packet per 8 KiB, and ZooKeeper's is longer
+            grew = {side: n - -(-len(texts[side].encode()) // 8192) for side, n in grew.items()}
+        assert grew["zabd"] == grew["zk"], (key, grew)
+    assert int(after["zabd"]["zk_cnt_readlatency"]) - int(before["zabd"]["zk_cnt_readlatency"]) >= 10

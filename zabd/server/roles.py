@@ -53,6 +53,7 @@ class RoleTracker:
         if change.role == LOOKING and old_role != LOOKING:
             self._looking_since = self._election_since = now
             self.counters.elections += 1
+            self.log.info("election started", reason=self.node.election_reason, was=ROLE_NAMES[old_role])
         if (change.role, change.epoch) != (old_role, old_epoch):
             self.role_since, self.serving_since = now, None
         if change.role != LOOKING and self._election_since is not None:
@@ -64,7 +65,6 @@ class RoleTracker:
             if self._sync_since is not None and change.role == FOLLOWING:
                 self.counters.zk.observe("follower_sync_time", int((now - self._sync_since) * 1000))
             self._sync_since = None
-            self.log.info("election started", reason=self.node.election_reason, was=ROLE_NAMES[old_role])
         self.log.info("role changed", new_role=ROLE_NAMES[change.role], leader=change.leader,
                       phase=PHASE_NAMES[change.phase], epoch=change.epoch)
         if change.phase == PHASE_BROADCAST and self._looking_since is not None:

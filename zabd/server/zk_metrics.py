@@ -43,6 +43,8 @@ COUNTERS = {
 # ZooKeeper's summaries zabd observes: name -> (ZooKeeper's detail level: the quantiles Prometheus shows, meaning)
 BASIC = (0.5,)
 ADVANCED = (0.5, 0.9, 0.99)
+# what ZooKeeper's default provider's mntr prints of an ADVANCED summary (its AvgMinMaxPercentileCounter)
+MNTR_PERCENTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99, "p999": 0.999}
 SUMMARIES = {
     "election_time": (BASIC, "ms from going LOOKING to knowing the leader"),
     "follower_sync_time": (BASIC, "ms a follower took to sync with its new leader"),
@@ -121,7 +123,8 @@ NOT_MEASURED: dict[str, str] = {
                      "quota_exceeded_error_per_namespace"), "zabd does not enforce ZooKeeper quotas"),
 }
 # the mntr lines of the summaries' parts
-SUMMARY_PARTS = frozenset(f"zk_{part}_{name}" for name in SUMMARIES for part in ("avg", "min", "max", "cnt", "sum"))
+SUMMARY_PARTS = frozenset(f"zk_{part}_{name}" for name in SUMMARIES
+                          for part in ("avg", "min", "max", "cnt", "sum", *MNTR_PERCENTILES))
 WINDOW_S = 600.0  # simpleclient's Summary: quantiles over the last 10 minutes ...
 AGE_BUCKETS = 5  # ... kept as 5 buckets, the oldest dropped every 2 minutes
 
@@ -176,18 +179,20 @@ class Summary:
             self.rotate_at += step
         del self.buckets[:-AGE_BUCKETS]
 
-    def window_quantiles(self) -> dict[float, float]:
-        """Each quantile of the observations of the window; NaN when it has none, as simpleclient says."""
+    def window_quantiles(self, quantiles: tuple[float, ...] | None = None) -> dict[float, float]:
+        """Each quantile (by default Prometheus') of the observations of the
+        window; NaN when it has none, as simpleclient says."""
         self._age(time.monotonic())
         seen: Counter[int] = Counter()
         for b in self.buckets:
             seen.update(b)
         total = sum(seen.values())
-        out = dict.fromkeys(self.quantiles, math.nan)
+        wanted = self.quantiles if quantiles is None else quantiles
+        out = dict.fromkeys(wanted, math.nan)
         if not total:
             return out
         values = sorted(seen.items())
-        for q in self.quantiles:
+        for q in wanted:
             rank, below = max(1, math.ceil(q * total)), 0  # the nearest rank
             for value, n in values:
                 below += n
@@ -222,6 +227,7 @@ def mntr_rows(part: Mapping[str, Any]) -> list[tuple[str, int | float]]:
         avg = round(s["sum"] / count, 4) if count else 0.0  # ZooKeeper's AvgMinMaxCounter.getAvg
         rows += [(f"zk_avg_{name}", avg), (f"zk_min_{name}", s["min"]), (f"zk_max_{name}", s["max"]),
                  (f"zk_cnt_{name}", count), (f"zk_sum_{name}", s["sum"])]
+        rows += [(f"zk_{p}_{name}", v) for p, v in s.get("percentiles", {}).items()]
     return rows
 
 
@@ -255,6 +261,11 @@ def status_part(zk: ZkMetrics, derived: Mapping[str, int]) -> dict[str, Any]:
     """The ``zk_metrics`` part of the status report: every counter (``derived``:
     those read from elsewhere) and each summary's totals since the start."""
     counters = {name: int(derived.get(name, zk.counts.get(name, 0))) for name in COUNTERS}
-    summaries = {name: {"count": s.count, "sum": s.sum, "min": s.min, "max": s.max}
-                 for name, s in zk.summaries.items()}
+    summaries: dict[str, dict[str, Any]] = {}
+    for name, s in zk.summaries.items():
+        summaries[name] = {"count": s.count, "sum": s.sum, "min": s.min, "max": s.max}
+        if s.quantiles == ADVANCED:  # of the last 10 minutes (ZooKeeper's: of a reservoir since its last reset)
+            window = s.window_quantiles(tuple(MNTR_PERCENTILES.values()))
+            summaries[name]["percentiles"] = {p: 0 if math.isnan(window[q]) else int(window[q])
+                                              for p, q in MNTR_PERCENTILES.items()}
     return {"counters": counters, "summaries": summaries}
