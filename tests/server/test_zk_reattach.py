@@ -35,7 +35,7 @@ from zabd.protocol.node import Node
 from zabd.protocol.options import SERVER
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
-from zabd.server.zk_sessions import ZKSessions
+from zabd.server.zk_sessions import HOLD_MS, ZKSessions
 
 SID = 0x0300_0000_0000_0001
 NOW = 1_700_000_000_000
@@ -158,6 +158,39 @@ def test_without_a_leader_the_connection_closes_unanswered() -> None:
     assert sessions.connect(s2, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
     (got,) = answers(s2)
     assert got["err"] == Code.CONNECTION_LOSS and s2.hangup and SID not in sessions.attached
+
+
+def test_a_member_between_leaders_holds_a_connect_until_it_serves_or_its_time_is_up() -> None:
+    """zabd elects in tens of milliseconds: a connect that arrives meanwhile
+    waits (at most HOLD_MS) instead of being refused, so a client cycling
+    through its servers during a hand-over finds one (go-zookeeper's
+    TestIntegration_IncrementalReconfig gave up with every server between
+    leaders or removed)."""
+    machine, path, _, links = follower()
+    state = {"serving": False, "now": NOW}
+    sessions = ZKSessions(machine, path, 2, 200, None, lambda: state["now"], structlog.get_logger(),
+                          serving=lambda: state["serving"], electing=lambda: not state["serving"])
+    password = os.urandom(16)
+    (create,) = leader_txns(password, close=False)
+    machine.apply(create)
+    held, late = ClientSession(1 << 20), ClientSession(1 << 20)
+    for s in (held, late):
+        assert sessions.connect(s, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
+    sessions.serve_waiting()
+    assert answers(held) == [] and links.sent == [] and not held.hangup  # held, nothing asked yet
+    state["now"] += HOLD_MS  # one waited its whole time: closed unanswered (as refused at once)
+    sessions.closed(held)  # ... the other's client gave up first: forgotten
+    sessions.serve_waiting()
+    (got,) = answers(late)
+    assert got["err"] == Code.CONNECTION_LOSS and late.hangup and not sessions.waiting
+    again = ClientSession(1 << 20)
+    assert sessions.connect(again, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
+    state["serving"] = True  # a leader again: the held connect goes on as if it had just arrived
+    sessions.serve_waiting()
+    assert [wire.decode_frame(f) for f in links.sent] == [wire.SyncReq(1)]
+    path.on_forward_ok(wire.ForwardOk(1, create.zxid))
+    (got,) = answers(again)
+    assert got["ok"] is True and got["session"] == SID
 
 
 # ------------------------------------------------------------ real processes

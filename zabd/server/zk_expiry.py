@@ -43,7 +43,7 @@ def zookeeper_layer(config: ServerConfig, node: Node, machine: StateMachine, pro
     if not isinstance(machine, KVMachine):
         return None, None
     sessions = ZKSessions(machine, proposals, config.id, config.zk_tick_ms, config.zk_super_digest or None,
-                          wall_ms, log, lambda: serving(node), config.zk_read_only)
+                          wall_ms, log, lambda: serving(node), config.zk_read_only, lambda: electing(node))
     keeper = SessionKeeper(node, machine, sessions, proposals, links, config.zk_tick_ms, wall_ms, log)
     return sessions, keeper
 
@@ -51,6 +51,11 @@ def zookeeper_layer(config: ServerConfig, node: Node, machine: StateMachine, pro
 def serving(node: Node) -> bool:
     """Whether this node is part of a working quorum (a leader or a synced follower)."""
     return (node.role == LEADING and node.synced) or (node.role == FOLLOWING and node.in_sync)
+
+
+def electing(node: Node) -> bool:
+    """A member that is not serving: it looks for a leader or syncs with one."""
+    return node.id in node.membership.members and not serving(node)
 
 
 class SessionKeeper:
@@ -93,6 +98,7 @@ class SessionKeeper:
         # close all the same. Only read-write ones: none is taken while down.
         if not up and (ended := self.sessions.stopped_serving()):
             self.log.info("no quorum: ZooKeeper connections closed", connections=ended)
+        self.sessions.serve_waiting()
         now = self.now_ms()
         if now < self._next_report:
             return

@@ -70,11 +70,21 @@ from zabd.server.proposals import ZK, ZK_ATTACH, ZK_SYNC, LocalReply, ProposalPa
 from zabd.server.zk_conn import ZKConn, ZKWire, result_code, wire_write
 from zabd.server.zk_reconfig import ZKReconfig
 
+# A member between two leaders holds a new connection this long at most (and
+# a third of the session timeout the client asked for at most), waiting to
+# serve again, before it closes it unanswered. ZooKeeper closes it at once;
+# its elections take a second, zabd's tens of milliseconds, so a client that
+# cycles through its servers (go-zookeeper gives up once each refused it)
+# would find every one of them between leaders while one removed leader
+# hands over, where ZooKeeper's client finds the removed leader still serving.
+HOLD_MS = 1000
+
 
 class ZKSessions:
     def __init__(self, machine: KVMachine, proposals: ProposalPath, server_id: int, tick_ms: int,
                  super_digest: str | None, now_ms: Callable[[], int], log: Any,
-                 serving: Callable[[], bool] = lambda: True, read_only_mode: bool = False) -> None:
+                 serving: Callable[[], bool] = lambda: True, read_only_mode: bool = False,
+                 electing: Callable[[], bool] = lambda: False) -> None:
         self.machine = machine
         self.proposals = proposals
         self.tick_ms = tick_ms
@@ -91,6 +101,9 @@ class ZKSessions:
         # node alone that reads the local tree
         self.serving = serving
         self.read_only_mode = read_only_mode
+        self.electing = electing  # a member without a leader now: it may serve again soon
+        # connects held while electing: connection -> (until, the connect's arguments)
+        self.waiting: dict[ClientSession, tuple[int, tuple[Any, ...]]] = {}
         self.on_created: Callable[[int, int], None] | None = None  # (session, timeout): the leader tracks it
         self.on_closed: Callable[[int], None] | None = None
         self.reconfig = ZKReconfig(machine, proposals)
@@ -120,6 +133,10 @@ class ZKSessions:
         if not self.serving():
             if read_only and self.read_only_mode:
                 return self._connect_read_only(conn, rid, session, password, timeout_ms)
+            if self.electing():
+                until = self.now_ms() + min(HOLD_MS, timeout_ms // 3)
+                self.waiting[io] = (until, (wire, rid, session, password, timeout_ms, last_zxid, addr, read_only))
+                return True
             # as ZooKeeper: a server without a quorum takes no session (the
             # client goes on to another server, its requests still queued)
             io.answer(wire.refused(rid, Code.CONNECTION_LOSS, "this server has no quorum now: try another"))
@@ -169,6 +186,26 @@ class ZKSessions:
             return b""
         conn.io.hang_up()
         return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
+
+    def serve_waiting(self) -> None:
+        """Connects held while electing: taken up once this server serves,
+        closed unanswered once their time is up or it can no longer serve."""
+        if not self.waiting:
+            return
+        serving, now = self.serving(), self.now_ms()
+        electing = not serving and self.electing()
+        for io, (until, args) in list(self.waiting.items()):
+            if electing and now < until and not io.closed:
+                continue
+            del self.waiting[io]
+            wire, rid = args[0], args[1]
+            if io.closed:
+                continue
+            if not serving:
+                io.answer(wire.refused(rid, Code.CONNECTION_LOSS, "this server has no quorum now: try another"))
+                io.hang_up()
+            elif not self.connect(io, *args):
+                io.hang_up()
 
     def _connect_read_only(self, conn: ZKConn, rid: int, session: int, password: bytes, timeout_ms: int) -> bool:
         known = self.machine.zk.sessions.get(session) if session else None
@@ -230,6 +267,7 @@ class ZKSessions:
 
     def closed(self, io: ClientSession) -> None:
         """The connection is gone; its session lives on until it expires."""
+        self.waiting.pop(io, None)
         conn = self.conns.pop(io, None)
         if conn is not None:
             self.watches.drop(conn)
