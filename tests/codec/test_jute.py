@@ -57,6 +57,8 @@ from zabd.kv.zk.records import (
     Ping,
     Reconfig,
     RemoveWatches,
+    Sasl,
+    SaslResult,
     SetACL,
     SetData,
     SetWatches,
@@ -107,7 +109,8 @@ ZB_ACL = (ACL(31, Id("world", "anyone")), ACL(1, Id("digest", "u:h")))
         (kz.CheckVersion("/a", 3), Check("/a", 3)),
         (kz.Close(), CloseSession()),
         (kz.Reconfig("server.4=h:2888:3888;2181", "", None, -1), Reconfig("server.4=h:2888:3888;2181", None, None, -1)),
-        (kz.SASL(b"token"), jute.Unknown(jute.OP_SASL)),
+        (kz.SASL(b"token"), Sasl(b"token")),
+        (kz.SASL(b""), Sasl(b"")),
     ],
 )
 def test_kazoo_requests_decode_to_records(kazoo_req: Any, expected: object) -> None:
@@ -190,8 +193,19 @@ def test_exists_of_a_missing_node_is_no_node_without_a_body() -> None:
 def test_errors_carry_no_body() -> None:
     b = body(jute.encode_reply(3, 10, int(Code.NO_NODE), jute.OP_GET_DATA, DataResult(b"x", STAT)))
     assert b == struct.pack(">iqi", 3, 10, Code.NO_NODE)
-    assert body(jute.encode_reply(3, 10, int(Code.UNIMPLEMENTED), jute.OP_SASL, None)) == struct.pack(
+    assert body(jute.encode_reply(3, 10, int(Code.UNIMPLEMENTED), jute.OP_DELETE_CONTAINER, None)) == struct.pack(
         ">iqi", 3, 10, Code.UNIMPLEMENTED)
+
+
+def test_a_failed_sasl_answer_carries_a_null_token_as_zookeepers() -> None:
+    # ZooKeeper's processSasl: ReplyHeader(xid, 0, AUTHFAILED) and SetSASLResponse(null)
+    b = body(jute.encode_reply(3, 0, int(Code.AUTH_FAILED), jute.OP_SASL, SaslResult(None)))
+    assert b == struct.pack(">iqii", 3, 0, Code.AUTH_FAILED, -1)
+
+
+def test_kazoo_reads_a_sasl_challenge() -> None:
+    header, (token, _) = kazoo_reply(jute.encode_reply(1, 0, 0, jute.OP_SASL, SaslResult(b'realm="r"')), kz.SASL)
+    assert header.err == 0 and token == b'realm="r"'
 
 
 def test_kazoo_parses_a_transaction() -> None:
@@ -359,9 +373,9 @@ REQUESTS: dict[int, st.SearchStrategy[Any]] = {
     jute.OP_GET_ALL_CHILDREN_NUMBER: st.builds(GetAllChildrenNumber, text),
     jute.OP_WHO_AM_I: st.just(WhoAmI()),
     jute.OP_CLOSE_SESSION: st.just(CloseSession()),
+    jute.OP_SASL: st.builds(Sasl, st.none() | data),
 }
-UNKNOWN_OPS = (jute.OP_NOTIFICATION, jute.OP_DELETE_CONTAINER, jute.OP_SASL, jute.OP_CREATE_SESSION, jute.OP_ERROR,
-               10, 108, 9999)
+UNKNOWN_OPS = (jute.OP_NOTIFICATION, jute.OP_DELETE_CONTAINER, jute.OP_CREATE_SESSION, jute.OP_ERROR, 10, 108, 9999)
 
 
 def test_opcodes_are_zookeepers() -> None:
@@ -471,6 +485,7 @@ REPLIES: dict[int, tuple[st.SearchStrategy[Any], Canon]] = {
     jute.OP_GET_ALL_CHILDREN_NUMBER: (st.builds(CountResult, i32), same),
     jute.OP_WHO_AM_I: (st.builds(WhoAmIResult, st.lists(st.tuples(text, text), max_size=3)), same),
     jute.OP_CLOSE_SESSION: (st.just(OkResult()), ok),
+    jute.OP_SASL: (st.builds(SaslResult, st.none() | data), same),
 }
 
 

@@ -180,9 +180,9 @@ def test_multi_read_who_am_i_and_an_unknown_opcode(zk_cluster: LocalCluster, kaz
         _, _, err, result = raw.call(3, jute.OP_WHO_AM_I, WhoAmI())
         assert err == 0 and isinstance(result, WhoAmIResult)
         assert ("digest", "alice") in result.ids and ("ip", "127.0.0.1") in result.ids
-        # sasl is not served: ZooKeeper's Unimplemented, and the connection stays usable
-        raw.sock.sendall(jute.frame(struct.pack(">ii", 4, jute.OP_SASL) + struct.pack(">i", 0)))
-        assert jute.decode_reply(raw.next_body(), jute.OP_SASL)[2] == Code.UNIMPLEMENTED
+        # an opcode not served: ZooKeeper's Unimplemented, and the connection stays usable
+        raw.sock.sendall(jute.frame(struct.pack(">ii", 4, jute.OP_DELETE_CONTAINER)))
+        assert jute.decode_reply(raw.next_body(), jute.OP_DELETE_CONTAINER)[2] == Code.UNIMPLEMENTED
         assert raw.call(5, jute.OP_EXISTS, Exists("/r/a"))[2] == 0
     finally:
         raw.sock.close()

@@ -117,6 +117,7 @@ from zabd.kv.zk.records import (
     Ping,
     Reconfig,
     RemoveWatches,
+    Sasl,
     SetACL,
     SetData,
     SetWatches,
@@ -134,6 +135,7 @@ EPOCH = 64  # inputs per fresh replica
 ZK_TICK_MS = 10  # session timeouts of 20 to 200 ms on the fake clock
 ZK_MAX_DATA = 2048  # small, so that the request-size limit (2047 bytes) is cheap to reach
 SUPER = ("super", "secret")
+SASL_USERS = {"u": "p", "super": "secret"}  # the SASL DIGEST-MD5 users (zk_sasl_jaas)
 FRAME_LIMIT = ZK_MAX_DATA - 1  # ZKClientLink's reader: min(max_frame, zk_max_data - 1)
 SETTLE_LIMIT = 10_000
 CODES = frozenset(int(c) for c in Code)
@@ -315,6 +317,7 @@ class Harness:
         self.replica = r = Replica(self.cfg, MemoryStorage(), KVMachine(self.cfg.zk_max_data))
         assert r.zk is not None and r.keeper is not None and r.zk_port is not None
         self.zk, self.keeper, self.port = r.zk, r.keeper, r.zk_port
+        self.zk.sasl_users = SASL_USERS  # as zk_sasl_jaas would give them
         assert isinstance(r.machine, KVMachine)
         self.kv, self.tree = r.machine, r.machine.zk
         # the event loop: a kick runs _process before the next delivery
@@ -750,10 +753,14 @@ ACLS: list[tuple[ACL, ...]] = [
     (ACL(0, ANYONE),), (ACL(99, Id("bogus", "x")),), (), (ACL(31, Id("ip", "not-an-ip")),),
     (ACL(31, Id("world", "someone")),), (ACL(31, Id("digest", "nocolon")),),
 ]
+# a connection's SASL tokens: the first gets the challenge, and any second one fails the exchange
+# (it cannot know the nonce), as does a null, an oversized one, or one after that
+SASL_TOKENS = [b"", b"", None, b"x", b"a" * 4097, b'username="u",realm="zk-sasl-md5",nonce="n",cnonce="c",nc=00000001,'
+               b'qop=auth,digest-uri="zookeeper/zk-sasl-md5",response=00000000000000000000000000000000']
 AUTHS = [AddAuth("digest", b"u:p"), AddAuth("digest", f"{SUPER[0]}:{SUPER[1]}".encode()), AddAuth("digest", b"u:q"),
          AddAuth("digest", b"nocolon"), AddAuth("ip", b"1.2.3.4"), AddAuth("", b""), AddAuth("digest", b"\xff\xfe:")]
 XIDS = [-1, -2, -4, -8, 0, -(1 << 31), (1 << 31) - 1]
-UNKNOWN_OPS = [jute.OP_SASL, jute.OP_CREATE_SESSION, jute.OP_DELETE_CONTAINER, 0, 10, 12, 15, 999, -1, 1 << 30]
+UNKNOWN_OPS = [jute.OP_CREATE_SESSION, jute.OP_DELETE_CONTAINER, 0, 10, 12, 15, 999, -1, 1 << 30]
 SEEDS = [b for b, _ in corpus()]
 
 
@@ -836,8 +843,10 @@ class Generator:
             return jute.OP_WHO_AM_I, WhoAmI()
         if x < 0.975:
             return jute.OP_RECONFIG, Reconfig("server.1=a:1:2", None, None, -1)
-        if x < 0.99:
+        if x < 0.985:
             return jute.OP_CLOSE_SESSION, CloseSession()
+        if x < 0.99:
+            return jute.OP_SASL, Sasl(r.choice(SASL_TOKENS))
         return r.choice(UNKNOWN_OPS), None
 
     def multi_op(self) -> object:

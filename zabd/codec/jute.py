@@ -77,6 +77,8 @@ from zabd.kv.zk.records import (
     Ping,
     Reconfig,
     RemoveWatches,
+    Sasl,
+    SaslResult,
     SetACL,
     SetData,
     SetWatches,
@@ -148,8 +150,8 @@ class JuteError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Unknown:
-    """A well-formed request of an opcode this codec does not serve (sasl,
-    deleteContainer, createSession, ...): answer it ZooKeeper's Unimplemented."""
+    """A well-formed request of an opcode this codec does not serve
+    (deleteContainer, createSession, ...): answer it ZooKeeper's Unimplemented."""
 
     op: int
 
@@ -411,6 +413,7 @@ _DECODERS: dict[int, Callable[[_Reader], object]] = {
     OP_WHO_AM_I: lambda r: WhoAmI(),
     OP_CLOSE_SESSION: lambda r: CloseSession(),
     OP_RECONFIG: lambda r: Reconfig(r.ustring(), r.ustring(), r.ustring(), r.i64()),
+    OP_SASL: lambda r: Sasl(r.buffer()),  # a null token stays None: ZooKeeper closes the connection on it
 }
 
 
@@ -642,6 +645,8 @@ def _body(w: _Writer, op: int, result: object) -> None:
             w.ustring(user)
     elif op == OP_ADD_WATCH:
         w.i32(0)  # ZooKeeper answers addWatch with an ErrorResponse of 0
+    elif op == OP_SASL:
+        w.buffer(_expect(result, SaslResult, op).token)
     # delete, check, ping, auth, setWatches(2), removeWatches, checkWatches,
     # closeSession and anything else: the header alone
 
@@ -659,7 +664,9 @@ def encode_reply(xid: int, zxid: int, err: int, op: int, result: object | None,
       ``multi_ops`` (``Request.multi_ops``) says which create ops answer a Stat;
     - an ``exists`` of a missing node (``ExistsResult(None)``) is the error
       NoNode with no body;
-    - addWatch answers an ErrorResponse of 0.
+    - addWatch answers an ErrorResponse of 0;
+    - a sasl answer carries its SetSASLResponse even with an error (ZooKeeper
+      sends a null token behind AUTH_FAILED).
     """
     if isinstance(result, MultiResult) and op in (OP_MULTI, OP_MULTI_READ):
         w = _Writer()
@@ -675,7 +682,7 @@ def encode_reply(xid: int, zxid: int, err: int, op: int, result: object | None,
         err = _NO_NODE
     w = _Writer()
     w.out += _REPLY_HEADER.pack(_int(xid), _long(zxid), _int(err))
-    if err == 0 and result is not None:
+    if result is not None and (err == 0 or op == OP_SASL):
         _body(w, op, result)
     return w.framed()
 
@@ -793,6 +800,8 @@ def _request_body(w: _Writer, op: int, record: object, multi_ops: Sequence[int])
         w.i32(rec.watcher_type)
     elif op == OP_GET_EPHEMERALS:
         w.ustring(_expect(rec, GetEphemerals, op).prefix)
+    elif op == OP_SASL:
+        w.buffer(_expect(rec, Sasl, op).token)
     elif op == OP_RECONFIG:
         rc: Reconfig = _expect(rec, Reconfig, op)
         w.ustring(rc.joining)
@@ -868,6 +877,7 @@ _REPLY_DECODERS: dict[int, Callable[[_Reader], object]] = {
     OP_CHECK: lambda r: CheckResult(),
     OP_MULTI: _multi_results,
     OP_MULTI_READ: _multi_results,
+    OP_SASL: lambda r: SaslResult(r.buffer()),
 }
 
 _HEADER_ONLY = frozenset({OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2, OP_REMOVE_WATCHES,
@@ -876,13 +886,15 @@ _HEADER_ONLY = frozenset({OP_PING, OP_AUTH, OP_SET_WATCHES, OP_SET_WATCHES2, OP_
 
 def decode_reply(body: bytes, op: int) -> tuple[int, int, int, object | None]:
     """(xid, zxid, err, result) of a reply to a request of ``op``: None when
-    err is not 0 (a multi's results come with err 0); ``OkResult()`` for the
+    err is not 0 (a multi's results come with err 0; a sasl answer's token
+    is read when it is there); ``OkResult()`` for the
     opcodes answered by the header alone; a create's CreateResponse carries
     no Stat (``NO_STAT``). None for an opcode this codec does not know."""
     r = _Reader(body)
     xid, zxid, err = r.i32(), r.zxid(), r.i32()
     if err != 0:
-        return xid, zxid, err, None
+        # ZooKeeper's failed sasl answer carries its (null) token: read when there
+        return xid, zxid, err, SaslResult(r.buffer()) if op == OP_SASL and r.left() else None
     if op in _HEADER_ONLY:
         return xid, zxid, err, OkResult()
     decode = _REPLY_DECODERS.get(op)

@@ -51,8 +51,8 @@ STATUS_WORDS = {
                      "watches", "outstanding", "followers_synced", "uptime_s", "open_fds", "max_fds", "gc_ms",
                      "gc_collections", "storage_stats", "sync_sent", "sync_received", "log_base", "snapshots",
                      "kv_keys", "kv_digest", "zk.sessions", "zk.ephemerals", "zk.digest_zxid", "zk.digest",
-                     "zk.connections", "zk.watches", "zk.data_bytes", "role_uptime_ms", "leader_uptime_ms",
-                     "observers_synced", "syncs_pending",
+                     "zk.connections", "zk.watches", "zk.data_bytes", "zk.sasl_succeeded", "zk.sasl_failed",
+                     "role_uptime_ms", "leader_uptime_ms", "observers_synced", "syncs_pending",
                      # ZooKeeper's own counters and summaries (zabd.server.zk_metrics): numbers only
                      "zk_metrics",
                      # zabd.server.limits' counts by reason and bytes held (/metrics has them): no address

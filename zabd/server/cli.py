@@ -10,6 +10,7 @@ import ssl
 import sys
 from typing import Any, NoReturn
 
+from zabd.kv.zk.jaas import JaasError
 from zabd.server.auth import TokenFileError
 from zabd.server.config import ConfigError, ServerConfig, load_config
 from zabd.storage.txnlog import StorageError
@@ -51,6 +52,10 @@ async def _run(config: ServerConfig) -> int:
         return 1
     except TokenFileError as exc:
         print(f"zabd serve: config error: auth_tokens_file: {exc}", file=sys.stderr)
+        storage.close()
+        return 2
+    except JaasError as exc:  # the file changed since the config was checked
+        print(f"zabd serve: config error: zk_sasl_jaas: {exc}", file=sys.stderr)
         storage.close()
         return 2
     except ssl.SSLError as exc:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from zabd.kv.zk.jaas import JaasError, load_users
 from zabd.server.auth import TokenFileError, load_tokens
 from zabd.server.zk_words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS, ZK_WORDS
 from zabd.tls import tls_files_problem
@@ -159,6 +160,13 @@ class ServerConfig(BaseModel):
     zk_tick_ms: int = Field(default=2000, ge=10, le=60_000)
     zk_max_data: int = Field(default=1 << 20, ge=1, le=1 << 30)
     zk_super_digest: str = ""
+    # SASL DIGEST-MD5 on ZooKeeper's port (kazoo's sasl_options, the Java client's JAAS Client
+    # section): a JAAS file whose Server section holds the users, as ZooKeeper's
+    # java.security.auth.login.config does (user_<name>="<password>"; read at start); empty: a
+    # SASL token is answered AUTH_FAILED. A SASL user's id is sasl:<name>; zk_sasl_super_user
+    # (ZooKeeper's zookeeper.superUser) names the one that is also a superuser
+    zk_sasl_jaas: str = ""
+    zk_sasl_super_user: str = ""
     # ZooKeeper's 4lw.commands.whitelist: the four-letter words its client port
     # answers (a list, or ZooKeeper's comma-separated string; env: 'srvr,mntr').
     # "*" is every word; srvr is always answered, and isro when zk_read_only is
@@ -272,6 +280,17 @@ class ServerConfig(BaseModel):
                 load_tokens(self.auth_tokens_file)
             except (TokenFileError, UnicodeDecodeError) as exc:
                 raise ValueError(f"field 'auth_tokens_file': {exc}") from None
+        if self.zk_sasl_jaas:
+            try:
+                users = load_users(self.zk_sasl_jaas)
+            except JaasError as exc:
+                raise ValueError(f"field 'zk_sasl_jaas': {exc}") from None
+            if self.zk_sasl_super_user and self.zk_sasl_super_user not in users:
+                raise ValueError(f"field 'zk_sasl_super_user' = {self.zk_sasl_super_user!r}: no such user in "
+                                 f"zk_sasl_jaas ({self.zk_sasl_jaas}); expected one of {', '.join(sorted(users))}")
+        elif self.zk_sasl_super_user:
+            raise ValueError(f"field 'zk_sasl_super_user' = {self.zk_sasl_super_user!r}: needs zk_sasl_jaas (the "
+                             "JAAS file of the SASL users)")
         return self
 
     @model_validator(mode="after")

@@ -162,6 +162,12 @@ class ReplicaCollector(Collector):
         )
         if "zk" in st:
             yield from _mntr_families(st)
+            zk = st["zk"]
+            if "sasl_failed" in zk:
+                yield CounterMetricFamily("zabd_zk_sasl_succeeded", "SASL exchanges completed on ZooKeeper's port",
+                                          value=zk["sasl_succeeded"])
+                yield CounterMetricFamily("zabd_zk_sasl_failed", "SASL exchanges failed on ZooKeeper's port "
+                                          "(AUTH_FAILED, connection closed)", value=zk["sasl_failed"])
 
 
 def _mntr_families(st: dict[str, Any]) -> Iterator[Metric]:

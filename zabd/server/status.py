@@ -38,6 +38,8 @@ class PortNumbers(Protocol):
 
     def numbers(self) -> dict[str, int | float]: ...
 
+    def sasl_numbers(self) -> dict[str, int]: ...
+
 
 class DataSize:
     """ZooKeeper's ``approximate_data_size``: every znode's path and data
@@ -258,6 +260,7 @@ class StatusReport:
             }
             if self.zk_port is not None:
                 out["zk"].update(self.zk_port.numbers())
+                out["zk"].update(self.zk_port.sasl_numbers())
         return out
 
     def dir_bytes(self) -> dict[str, int]:

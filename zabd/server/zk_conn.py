@@ -15,6 +15,7 @@ from zabd.kv.zk import acl as acls
 from zabd.kv.zk.errors import Code
 from zabd.kv.zk.events import EventType, KeeperState
 from zabd.kv.zk.records import ErrorResult, MultiResult, Write
+from zabd.kv.zk.sasl import DigestMD5Server
 from zabd.server.client_session import ClientSession
 
 Result = Any  # a zabd.codec.zk_msgpack.Result
@@ -36,7 +37,7 @@ class ZKWire(Protocol):
 class ZKConn:
     """One client connection that speaks ZooKeeper."""
 
-    __slots__ = ("io", "wire", "session", "password", "timeout_ms", "auth", "addr", "closing", "read_only")
+    __slots__ = ("io", "wire", "session", "password", "timeout_ms", "auth", "addr", "closing", "read_only", "sasl")
 
     def __init__(self, io: ClientSession, wire: ZKWire, addr: str) -> None:
         self.io = io
@@ -49,6 +50,7 @@ class ZKConn:
         self.addr = addr
         self.closing = False  # a closeSession is under way
         self.read_only = False  # served while this node has no quorum: reads only
+        self.sasl: DigestMD5Server | None = None  # its SASL exchange, from its first token on
 
 
 def result_code(result: Result) -> Code:

@@ -20,6 +20,7 @@ from zabd.codec import peer as wire
 from zabd.codec.framing import frame
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import StateMachine
+from zabd.kv.zk.jaas import load_users
 from zabd.kv.zk.records import CloseSession, DeleteContainer
 from zabd.kv.zk.sessions import ExpiryTracker
 from zabd.protocol.node import FOLLOWING, LEADING, Node
@@ -43,7 +44,9 @@ def zookeeper_layer(config: ServerConfig, node: Node, machine: StateMachine, pro
     if not isinstance(machine, KVMachine):
         return None, None
     sessions = ZKSessions(machine, proposals, config.id, config.zk_tick_ms, config.zk_super_digest or None,
-                          wall_ms, log, lambda: serving(node), config.zk_read_only, lambda: electing(node))
+                          wall_ms, log, lambda: serving(node), config.zk_read_only,
+                          load_users(config.zk_sasl_jaas) if config.zk_sasl_jaas else None,
+                          config.zk_sasl_super_user or None, electing=lambda: electing(node))
     keeper = SessionKeeper(node, machine, sessions, proposals, links, config.zk_tick_ms, wall_ms, log)
     return sessions, keeper
 

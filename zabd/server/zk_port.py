@@ -263,6 +263,10 @@ class ZKPort:
         """The port's counters as ``status`` (and so ``mntr`` and ``/metrics``) shows them."""
         return self.stats.numbers()
 
+    def sasl_numbers(self) -> dict[str, int]:
+        """SASL exchanges that succeeded and failed (``status``' and ``/metrics``' only: not ZooKeeper's mntr)."""
+        return {"sasl_succeeded": self.sessions.sasl_succeeded, "sasl_failed": self.sessions.sasl_failed}
+
 
 class ZKClientLink(ClientLink):
     """A connection to ZooKeeper's client port: jute frames, or a four-letter
@@ -348,6 +352,7 @@ def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, statu
         return None
     conf = {k: v for k, v in cfg.model_dump().items() if k in CONF_FIELDS}
     port = ZKPort(sessions, status, conf, kick, log, metrics)
+    sessions.refused = transport.refusals.refused  # a flood of failed SASL exchanges is not a flood of lines
     if addr is not None:
         # tls_client covers both client ports
         transport.more_ports.append(

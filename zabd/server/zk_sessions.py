@@ -23,7 +23,7 @@ The bytes are a ``ZKWire``'s (zabd's msgpack, or ZooKeeper's jute on its port): 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from zabd.codec import client as schema
@@ -54,6 +54,8 @@ from zabd.kv.zk.records import (
     Read,
     Reconfig,
     RemoveWatches,
+    Sasl,
+    SaslResult,
     SessionResult,
     SetWatches,
     Sync,
@@ -62,6 +64,7 @@ from zabd.kv.zk.records import (
     WhoAmIResult,
     Write,
 )
+from zabd.kv.zk.sasl import DigestMD5Server, SaslError
 from zabd.kv.zk.sessions import SessionIds, negotiate_timeout, password_digest, password_matches, reattach_timeout
 from zabd.kv.zk.tree import Applied
 from zabd.kv.zk.watches import WatchKind, WatchManager
@@ -84,11 +87,21 @@ class ZKSessions:
     def __init__(self, machine: KVMachine, proposals: ProposalPath, server_id: int, tick_ms: int,
                  super_digest: str | None, now_ms: Callable[[], int], log: Any,
                  serving: Callable[[], bool] = lambda: True, read_only_mode: bool = False,
+                 sasl_users: Mapping[str, str] | None = None, sasl_super: str | None = None,
                  electing: Callable[[], bool] = lambda: False) -> None:
         self.machine = machine
         self.proposals = proposals
         self.tick_ms = tick_ms
         self.super_digest = super_digest
+        # SASL DIGEST-MD5 on ZooKeeper's port: the users of zk_sasl_jaas (None: SASL is refused), and
+        # zk_sasl_super_user, the one whose exchange also proves ``super`` (ZooKeeper's zookeeper.superUser)
+        self.sasl_users = sasl_users
+        self.sasl_super = sasl_super
+        self.sasl_succeeded = 0
+        self.sasl_failed = 0
+        # a failed exchange's log line (the transport's, which does not log each of a flood)
+        self.refused: Callable[[str, str, str], None] = lambda event, addr, reason: log.warning(
+            event, addr=addr, reason=reason)
         self.now_ms = now_ms
         self.log = log
         self.ids = SessionIds(server_id, now_ms())
@@ -319,6 +332,8 @@ class ZKSessions:
             io.open_slot(lambda: conn.wire.reply(xid, self.machine.zk.applied, Code.OK, OkResult()))
         elif isinstance(req, AddAuth):
             return self._add_auth(conn, xid, req)
+        elif isinstance(req, Sasl):
+            return self._sasl(conn, xid, req)
         elif isinstance(req, (AddWatch, SetWatches, RemoveWatches, CheckWatches)):
             io.open_slot(lambda: self._watch_op(conn, xid, req))
         else:
@@ -327,7 +342,8 @@ class ZKSessions:
 
     def _allowed_read_only(self, conn: ZKConn, xid: int, req: Any) -> bool:
         """Whether a read-only session may do ``req``; if not, it is answered here."""
-        if isinstance(req, (Read, MultiRead, WhoAmI, Ping, AddWatch, SetWatches, RemoveWatches, CheckWatches, AddAuth)):
+        if isinstance(req, (Read, MultiRead, WhoAmI, Ping, AddWatch, SetWatches, RemoveWatches, CheckWatches, AddAuth,
+                            Sasl)):
             return True
         if isinstance(req, CloseSession) and conn.session not in self.machine.zk.sessions:
             # a session of this node alone: nothing to replicate
@@ -376,6 +392,49 @@ class ZKSessions:
                 conn.auth.append(i)
         conn.io.answer(conn.wire.reply(xid, 0, Code.OK, OkResult()))
         return True
+
+    def _sasl(self, conn: ZKConn, xid: int, req: Sasl) -> bool:
+        """One token of the connection's DIGEST-MD5 exchange (``zabd.kv.zk.sasl``),
+        answered at once, as ZooKeeper's processSasl does, in the
+        connection's order. A failure is AUTH_FAILED and the connection
+        closes; the session lives on (ZooKeeper closes the connection only)."""
+        if req.token is None:
+            # ZooKeeper's processSasl throws on a null token: the connection closes unanswered
+            self.refused("ZooKeeper SASL token rejected; closing the connection", conn.addr, "a null token")
+            self.sasl_failed += 1
+            return False
+        users = self.sasl_users
+        if users is None:
+            # ZooKeeper without a JAAS Server section answers a null token forever, and every
+            # client then fails on its own (kazoo after a loop of empty tokens): the same end, at once
+            reason = "SASL is not configured (zk_sasl_jaas)"
+        else:
+            if conn.sasl is None:
+                conn.sasl = DigestMD5Server(users)
+            try:
+                token = conn.sasl.evaluate(req.token)
+            except SaslError as exc:
+                reason = str(exc)
+            else:
+                if conn.sasl.complete:
+                    self._sasl_authenticated(conn, conn.sasl.user)
+                conn.io.answer(conn.wire.reply(xid, 0, Code.OK, SaslResult(token)))
+                return True
+        self.sasl_failed += 1
+        self.refused("ZooKeeper SASL authentication failed; closing the connection", conn.addr, reason)
+        conn.io.answer(conn.wire.reply(xid, 0, Code.AUTH_FAILED, SaslResult(None)))
+        return False
+
+    def _sasl_authenticated(self, conn: ZKConn, user: str) -> None:
+        self.sasl_succeeded += 1
+        ids = [acls.Id("sasl", user)]
+        if self.sasl_super is not None and user == self.sasl_super:
+            ids.append(acls.SUPER)
+        for i in ids:
+            if i not in conn.auth:
+                conn.auth.append(i)
+        self.log.info("ZooKeeper SASL authentication succeeded", addr=conn.addr,
+                      session=f"0x{conn.session & (2**64 - 1):x}", user=user, superuser=acls.SUPER in ids)
 
     def _watch_op(self, conn: ZKConn, xid: int, req: AddWatch | SetWatches | RemoveWatches | CheckWatches) -> bytes:
         tree = self.machine.zk

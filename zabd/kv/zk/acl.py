@@ -2,10 +2,13 @@
 
 An ACL entry grants ``perms`` to an ``Id(scheme, id)``. Schemes: ``world``
 (only ``anyone``), ``auth`` (at create or setACL, expanded to every
-authenticated id of the requester), ``digest`` (``user:base64(sha1(user:pw))``)
-and ``ip`` (an address, or a network as ``addr/bits``). A session holds the
-ids it proved: ``ip:<its address>`` always, ``digest:...`` after ``addauth``,
-and ``super`` when that digest is the configured superuser's.
+authenticated id of the requester), ``digest`` (``user:base64(sha1(user:pw))``),
+``ip`` (an address, or a network as ``addr/bits``) and ``sasl`` (a user name;
+ZooKeeper's ``SASLAuthenticationProvider``: the SASL user ``super`` matches
+every ``sasl`` entry). A connection holds the ids it proved: ``ip:<its
+address>`` always, ``digest:...`` after ``addauth``, ``sasl:<user>`` after a
+SASL exchange (``zabd.kv.zk.sasl``), and ``super`` when that digest, or that
+SASL user, is the configured superuser.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ READ_ACL_UNSAFE: tuple[ACL, ...] = (ACL(READ, ANYONE),)
 
 # Schemes whose ids prove who a client is (``auth`` expands to these only):
 # an ip address is not an identity in ZooKeeper's sense.
-AUTHENTICATED_SCHEMES = frozenset({"digest"})
+AUTHENTICATED_SCHEMES = frozenset({"digest", "sasl"})
+# the SASL user whose id matches every sasl ACL entry (SASLAuthenticationProvider.matches)
+SASL_SUPER = "super"
 
 
 def to_wire(acl: Sequence[ACL]) -> list[list[Any]]:
@@ -131,11 +136,22 @@ def _valid_ip(spec: str) -> bool:
     return _ip_spec(spec) is not None
 
 
+def _valid_sasl(name: str) -> bool:
+    # SASLAuthenticationProvider.isValid: what Kerberos' name parser takes,
+    # a name without '@', or name[/host]@realm (no other '/' or '@')
+    if "@" not in name:
+        return True
+    head, _, realm = name.rpartition("@")
+    return "@" not in head and head.count("/") <= 1 and "/" not in realm
+
+
 def _valid(id_: Id) -> bool:
     if id_.scheme == "digest":
         return len(_java_split(id_.id, ":")) == 2
     if id_.scheme == "ip":
         return _valid_ip(id_.id)
+    if id_.scheme == "sasl":
+        return _valid_sasl(id_.id)
     return False
 
 
@@ -193,7 +209,7 @@ def allowed(acl: Sequence[ACL], perm: int, auth: Sequence[Id]) -> bool:
             if mine.scheme == "ip":
                 if _ip_matches(mine.id, id_.id):
                     return True
-            elif mine.id == id_.id:
+            elif mine.id == id_.id or (mine.scheme == "sasl" and mine.id == SASL_SUPER):
                 return True
     return False
 

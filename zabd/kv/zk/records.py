@@ -345,3 +345,17 @@ class WhoAmIResult(NamedTuple):
     """whoAmI's answer: (auth scheme, user) per id the session holds."""
 
     ids: list[tuple[str, str]]
+
+
+@dataclass(slots=True)
+class Sasl:
+    """A SASL token of the connection's exchange (ZooKeeper's GetSASLRequest);
+    None where the client sent a null buffer."""
+
+    token: bytes | None
+
+
+class SaslResult(NamedTuple):
+    """The server's next SASL token (ZooKeeper's SetSASLResponse; None: null)."""
+
+    token: bytes | None

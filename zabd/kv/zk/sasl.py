@@ -126,8 +126,7 @@ def response_value(user: str, realm: str, password: str, nonce: bytes, cnonce: b
                    digest_uri: bytes, *, client: bool) -> bytes:
     """RFC 2831's response-value for qop auth and nc 1: the client's
     ``response`` (``client``), or the server's ``rspauth``."""
-    secret = hashlib.md5(b":".join((_latin1_or_utf8(user), _latin1_or_utf8(realm), _latin1_or_utf8(password))))
-    secret = secret.digest()
+    secret = hashlib.md5(b":".join(_latin1_or_utf8(x) for x in (user, realm, password))).digest()
     a1 = secret + b":" + nonce + b":" + cnonce + (b":" + authzid if authzid else b"")
     a2 = (b"AUTHENTICATE:" if client else b":") + digest_uri
     return _hex_md5(_hex_md5(a1) + b":" + nonce + b":00000001:" + cnonce + b":" + QOP + b":" + _hex_md5(a2))
