@@ -149,3 +149,35 @@ def test_storage_factory(tmp_path: Path) -> None:
     assert os.path.isdir(tmp_path / "data" / "log")
     nosync = open_storage(load_config(path, {"ZABD_FSYNC": "false"}))
     assert isinstance(nosync, DiskStorage) and not nosync.fsync
+
+
+def test_sasl_jaas_file_errors_are_one_line(tmp_path: Path) -> None:
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text('Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n'
+                    '  user_bob="secret"\n};\n')
+    path = tmp_path / "node.toml"
+    path.write_text(GOOD.replace("id = 1", f'id = 1\nzk_sasl_jaas = "{jaas}"'))
+    proc = subprocess.run([sys.executable, "-m", "zabd", "serve", "--config", str(path)], capture_output=True,
+                          text=True, timeout=60, env=_env(), check=False)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (f"zabd serve: config error: field 'zk_sasl_jaas': {jaas}: line 4: expected an "
+                                   "option name or ';', got '}'"), proc.stderr
+    assert "secret" not in proc.stderr
+    cases = {
+        f'zk_sasl_jaas = "{tmp_path / "none.conf"}"': ["zk_sasl_jaas", "none.conf: cannot read"],
+        'zk_sasl_super_user = "bob"': ["zk_sasl_super_user", "'bob'", "needs zk_sasl_jaas"],
+    }
+    jaas_ok = tmp_path / "ok.conf"
+    jaas_ok.write_text('Server { m required user_bob="secret"; };')
+    cases[f'zk_sasl_jaas = "{jaas_ok}"\nzk_sasl_super_user = "alice"'] = [
+        "zk_sasl_super_user", "'alice'", "no such user", "expected one of bob"]
+    for lines, needles in cases.items():
+        path.write_text(GOOD.replace("id = 1", f"id = 1\n{lines}"))
+        with pytest.raises(ConfigError) as info:
+            load_config(path, {})
+        message = str(info.value)
+        assert "\n" not in message and "secret" not in message
+        for needle in needles:
+            assert needle in message, message
+    path.write_text(GOOD.replace("id = 1", f'id = 1\nzk_sasl_jaas = "{jaas_ok}"\nzk_sasl_super_user = "bob"'))
+    assert load_config(path, {}).zk_sasl_super_user == "bob"
