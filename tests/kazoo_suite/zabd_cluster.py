@@ -33,7 +33,10 @@ Settings (environment, read when the cluster is made):
 * ``KAZOO_SUITE_LOG_LEVEL``: the servers' ``log_level``, default info.
 
 The superuser digest is the one kazoo's harness gives ZooKeeper
-(``super:test``), through zabd's ``zk_super_digest``.
+(``super:test``), through zabd's ``zk_super_digest``; the SASL DIGEST-MD5
+users are the ones of the JAAS file it writes for its SASL tests
+(``ZOOKEEPER_JAAS_AUTH=digest``), through ``zk_sasl_jaas``, on every run:
+kazoo restarts its ZooKeeper to add them, this cluster always has them.
 """
 
 from __future__ import annotations
@@ -54,6 +57,13 @@ log = logging.getLogger("kazoo_suite")
 
 # -Dzookeeper.DigestAuthenticationProvider.superDigest in kazoo.testing.harness
 SUPER_DIGEST = "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
+# the JAAS file of kazoo.testing.harness for ZOOKEEPER_JAAS_AUTH=digest, as it writes it
+JAAS_DIGEST = """
+Server {
+    org.apache.zookeeper.server.auth.DigestLoginModule required
+    user_super="super_secret"
+    user_jaasuser="jaas_password";
+};"""
 
 
 def _wait_tcp(host: str, port: int, timeout: float) -> bool:
@@ -151,6 +161,9 @@ class ZabdCluster:
         base = base_dir or os.environ.get("KAZOO_SUITE_DIR") or tempfile.mkdtemp(prefix="kazoo-suite-")
         tick = int(os.environ.get("KAZOO_SUITE_ZK_TICK_MS", "2000"))
         storage = os.environ.get("KAZOO_SUITE_STORAGE", "disk")
+        Path(base).mkdir(parents=True, exist_ok=True)
+        jaas = Path(base) / "jaas.conf"
+        jaas.write_text(JAAS_DIGEST)
         self.local = LocalCluster(
             size,
             base_dir=base,
@@ -158,7 +171,8 @@ class ZabdCluster:
             fsync=False,
             # read-only mode on, as kazoo's harness turns it on for ZooKeeper (readonlymode.enabled),
             # and every four-letter word, as its 4lw.commands.whitelist=* (test_client asks envi, ruok, ...)
-            extra={"zk_tick_ms": tick, "zk_super_digest": SUPER_DIGEST, "zk_read_only": True, "zk_4lw_whitelist": "*"},
+            extra={"zk_tick_ms": tick, "zk_super_digest": SUPER_DIGEST, "zk_read_only": True, "zk_4lw_whitelist": "*",
+                   "zk_sasl_jaas": str(jaas)},
             log_level=os.environ.get("KAZOO_SUITE_LOG_LEVEL", "info"),
             zk_secure=True,
         )
