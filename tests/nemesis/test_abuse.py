@@ -148,6 +148,16 @@ def test_no_watch_event_for_a_node_the_watcher_may_no_longer_read(plain: tuple[Z
     assert all(not v["after_acl"] for v in row.details.values()), row.did
 
 
+def test_sasl_guesses_replays_and_strangers_get_nothing(plain: tuple[ZabdTarget, ClientRun]) -> None:
+    row = _run(plain, "sasl")
+    assert row.ok, row.did
+    d = row.details
+    assert d["got_in"] == [] and d["real"] == "ok" and d["stranger"] == "AUTH_FAILED"
+    assert not any(k.endswith(("not closed", ": ok")) for k in d["counts"]), d["counts"]
+    assert d["counts"]["guess: AUTH_FAILED"] > 0 and d["counts"]["replay: AUTH_FAILED"] > 0
+    assert d["counts"]["null: closed"] > 0  # ZooKeeper's: no answer to a null token
+
+
 def test_roles_on_a_tls_cluster_with_tokens(tls: tuple[ZabdTarget, ClientRun]) -> None:
     row = _run(tls, "tls-tokens")
     d = row.details

@@ -37,6 +37,12 @@ Probes (``ZooKeeper``: whether it runs against ZooKeeper too), and what is accep
 * **tls-tokens** (k, zabd only, ``--tls``): ro reads no ZooKeeper txn and cannot
   propose; rw proposes and reads none; admin reads them; no or a wrong token,
   or no certificate on ZooKeeper's port, is refused.
+* **sasl** (l): SASL DIGEST-MD5 password guessing on ZooKeeper's port, one
+  session reconnecting after each AUTH_FAILED, mixed with oversized tokens,
+  second challenges, null tokens and a replayed response; then a name not in
+  the JAAS file with the real user's password right after the real user got
+  in (ZooKeeper 3.8's ZOOKEEPER-4839). No guess, replay or stranger gets in;
+  every failure closes its connection; the real password still works.
 
 A row's verdict is ``pass`` when the probe's outcome is acceptable, every
 node is up, the attacked server's RSS is back within 10 % of where it was
@@ -69,9 +75,11 @@ from zabd.codec import jute, zk_txn
 from zabd.kv.kinds import ZK
 from zabd.kv.kvmachine import KV_MAGIC
 from zabd.kv.store import encode_set
-from zabd.kv.zk.records import AddWatch, GetData, Sync
+from zabd.kv.zk.records import AddWatch, GetData, Sasl, SaslResult, Sync
+from zabd.kv.zk.sasl import parse_directives, response_value
 from zabd.kv.zk.sessions import password_digest
 from zabd.nemesis.abuse_target import (
+    SASL_USER,
     ClientRun,
     KazooClient,
     Log,
@@ -132,13 +140,15 @@ class Params:
     half_frames: int = 100
     hijack_candidates: int = 300  # password-like values tried, at most
     watch_wait_s: float = 2.0
+    sasl_tries: int = 1000  # SASL exchanges an attacker tries
+    sasl_s: float = 60.0  # and for at most this long
 
     @classmethod
     def cheap(cls) -> Params:
         return cls(idle_s=1.5, settle_s=3.0, conns=200, conns_settle_s=0.5, slow_readers=3, slow_requests=10,
                    big=64 << 10, slow_hold_s=1.0, stalled=20, stalled_frame=200_000, stalled_sent=150_000,
                    stalled_grace_s=3.0, churn_rounds=1, churn_conns=100, half_rounds=1, half_frames=10,
-                   hijack_candidates=50, watch_wait_s=1.0)
+                   hijack_candidates=50, watch_wait_s=1.0, sasl_tries=40, sasl_s=20.0)
 
 
 @dataclass
@@ -826,6 +836,96 @@ def tls_tokens(t: Target, p: Params, log: Log) -> Outcome:
     return Outcome(did, ok, got)
 
 
+# ------------------------------------------------------------------ l. SASL
+
+
+def _sasl_response(challenge: bytes, user: str, password: str) -> bytes:
+    nonce = parse_directives(challenge)["nonce"]
+    uri = b"zookeeper/zk-sasl-md5"
+    value = response_value(user, "zk-sasl-md5", password, nonce, b"abuse", None, uri, client=True)
+    return (b'username="' + user.encode() + b'",realm="zk-sasl-md5",nonce="' + nonce + b'",cnonce="abuse",'
+            b'nc=00000001,qop=auth,digest-uri="zookeeper/zk-sasl-md5",response=' + value)
+
+
+def _sasl_step(raw: RawZk, token: bytes | None) -> tuple[str, bytes]:
+    """("ok", the server's token), ("AUTH_FAILED", b"") or ("closed", b"")."""
+    try:
+        err, result = raw.call(jute.OP_SASL, Sasl(token))
+    except (ConnectionError, TimeoutError, OSError):
+        return "closed", b""
+    if err:
+        return ("AUTH_FAILED" if err == -115 else f"error {err}"), b""
+    return "ok", (result.token or b"") if isinstance(result, SaslResult) else b""
+
+
+def sasl_guessing(t: Target, p: Params, log: Log) -> Outcome:
+    addr = t.zk_addr(t.victim)
+    user, password = SASL_USER
+    first = RawZk(addr)
+    assert first.connected is not None, "no session"
+    session, session_pw = first.connected[2], first.connected[3]
+    first.close()
+    counts: collections.Counter[str] = collections.Counter()
+    got_in: list[str] = []  # what got in that should not have
+    replay = b""
+    deadline = time.monotonic() + p.sasl_s
+    tries = 0
+    while tries < p.sasl_tries and time.monotonic() < deadline:
+        tries += 1
+        raw = RawZk(addr, session, session_pw)  # the same session each time: only connections are spent
+        try:
+            if not raw.live:
+                counts["session lost"] += 1
+                break
+            kind = ("guess", "guess", "guess", "oversized", "second challenge", "null", "replay")[tries % 7]
+            step, challenge = _sasl_step(raw, b"")
+            if step != "ok":
+                counts[f"challenge {step}"] += 1
+                continue
+            if kind == "guess":
+                token: bytes | None = _sasl_response(challenge, user, secrets.token_hex(6))
+            elif kind == "oversized":
+                token = b"a" * 65536
+            elif kind == "second challenge":
+                token = b""
+            elif kind == "null":
+                token = None
+            else:
+                token = replay or _sasl_response(challenge, user, "wrong")
+            step, _ = _sasl_step(raw, token)
+            replay = _sasl_response(challenge, user, password)  # right for this nonce only: replayed later
+            counts[f"{kind}: {step}"] += 1
+            if step == "ok":
+                got_in.append(kind)
+            elif not raw.closed_within(5.0):  # the server must close after a failure
+                counts[f"{kind}: not closed"] += 1
+        finally:
+            raw.close()
+    # the stranger right after the real user (ZooKeeper 3.8's callback handler keeps the last name)
+    stranger = "ok?"
+    real = "ok?"
+    for who in (user, "nobody-" + secrets.token_hex(3)):
+        raw = RawZk(addr, session, session_pw)
+        try:
+            step, challenge = _sasl_step(raw, b"")
+            if step == "ok":
+                step, _ = _sasl_step(raw, _sasl_response(challenge, who, password))
+        finally:
+            raw.close()
+        if who == user:
+            real = step
+        else:
+            stranger = step
+            if step == "ok":
+                got_in.append("an unknown user with another's password")
+    not_closed = sum(v for k, v in counts.items() if k.endswith("not closed"))
+    ok = not got_in and real == "ok" and not_closed == 0 and counts["session lost"] == 0 and not t.dead()
+    did = (f"{tries} exchanges and a stranger, {len(got_in)} let in"
+           f"{' (' + ', '.join(sorted(set(got_in))) + ')' if got_in else ''}; "
+           f"{not_closed} failures left open; the real password: {real}; an unknown user with it: {stranger}")
+    return Outcome(did, ok, {"counts": dict(counts), "got_in": got_in, "real": real, "stranger": stranger})
+
+
 PROBES: dict[str, Probe] = {pr.name: pr for pr in (
     Probe("forged-propose", "a", False, forged_propose, tls=True),
     Probe("forged-acl", "b", False, forged_acl),
@@ -838,6 +938,7 @@ PROBES: dict[str, Probe] = {pr.name: pr for pr in (
     Probe("four-letter-words", "i", True, four_letter_words),
     Probe("watch-acl", "j", True, watch_acl),
     Probe("tls-tokens", "k", False, tls_tokens, tls=True, only_tls=True),
+    Probe("sasl", "l", True, sasl_guessing),
 )}
 
 
@@ -852,7 +953,7 @@ def select(names: str | None, tls: bool = False) -> list[Probe]:
     for x in (s.strip() for s in names.split(",") if s.strip()):
         pr = PROBES.get(x) or by_letter.get(x)
         if pr is None:
-            raise ValueError(f"unknown probe {x!r}; expected one of {', '.join(PROBES)} (or a..k)")
+            raise ValueError(f"unknown probe {x!r}; expected one of {', '.join(PROBES)} (or a..l)")
         out.append(pr)
     return out
 

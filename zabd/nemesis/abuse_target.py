@@ -301,6 +301,12 @@ def stop_kazoo(zk: KazooClient) -> None:
 # ------------------------------------------------------------------ targets
 
 
+# the SASL DIGEST-MD5 user both kinds of target know (a JAAS Server section each, as ZooKeeper reads it)
+SASL_USER = ("sasluser", "s3cret-sasl")
+SASL_JAAS = ('Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required\n'
+             f'    user_{SASL_USER[0]}="{SASL_USER[1]}";\n}};\n')
+
+
 class Target(abc.ABC):
     """A replicated server under attack: its nodes, their ports and PIDs."""
 
@@ -400,8 +406,12 @@ class ZabdTarget(Target):
 
     def start(self) -> None:
         self._starts += 1
-        c = LocalCluster(3, storage="disk", base_dir=self.base / f"cluster{self._starts}", extra=self.extra,
-                         tls=self.tls, client_certs=self.client_certs, tokens=self.tokens or None)
+        jaas = self.base / "jaas.conf"
+        self.base.mkdir(parents=True, exist_ok=True)
+        jaas.write_text(SASL_JAAS)
+        c = LocalCluster(3, storage="disk", base_dir=self.base / f"cluster{self._starts}",
+                         extra={"zk_sasl_jaas": str(jaas), **self.extra}, tls=self.tls,
+                         client_certs=self.client_certs, tokens=self.tokens or None)
         self.cluster = c
         c.start()
         try:
@@ -494,13 +504,17 @@ class ZabdTarget(Target):
 class ZkEnsemble:
     """ZooKeeper 3.8 servers configured as ``cluster.sh`` configures them, on
     free ports under ``base``; ``n == 1`` is a standalone server. ``whitelist``:
-    the ``4lw.commands.whitelist`` line (None: no line, ZooKeeper's default)."""
+    the ``4lw.commands.whitelist`` line (None: no line, ZooKeeper's default);
+    ``jaas``: a JAAS file whose Server section holds SASL users (with the
+    SASL authentication provider, as kazoo's harness sets it)."""
 
-    def __init__(self, n: int, base: Path, whitelist: str | None = "*", heap: str = "1g") -> None:
+    def __init__(self, n: int, base: Path, whitelist: str | None = "*", heap: str = "1g",
+                 jaas: Path | None = None) -> None:
         self.n = n
         self.base = base
         self.whitelist = whitelist
         self.heap = heap
+        self.jaas = jaas
         ports = free_ports(3 * n)
         self.client_ports = {i: ports[i - 1] for i in range(1, n + 1)}
         self.quorum_ports = {i: ports[n + i - 1] for i in range(1, n + 1)}
@@ -523,6 +537,8 @@ class ZkEnsemble:
                  "admin.enableServer=false", "autopurge.purgeInterval=0"]
         if self.whitelist is not None:
             lines.append(f"4lw.commands.whitelist={self.whitelist}")
+        if self.jaas is not None:
+            lines.append("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
         if self.n > 1:
             lines += [f"server.{j}=127.0.0.1:{self.quorum_ports[j]}:{self.election_ports[j]}"
                       for j in range(1, self.n + 1)]
@@ -542,8 +558,9 @@ class ZkEnsemble:
                 f"log4j.appender.F.File={d / 'zookeeper.log'}\n"
                 "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n"
                 "log4j.appender.F.layout.ConversionPattern=%d{ISO8601} - %-5p [%t:%C{1}@%L] - %m%n\n")
+            jaas = [] if self.jaas is None else [f"-Djava.security.auth.login.config={self.jaas}"]
             argv = ["java", f"-Xms{self.heap}", f"-Xmx{self.heap}",
-                    f"-Dlog4j.configuration=file:{d / 'log4j.properties'}", f"-Dzookeeper.log.dir={d}",
+                    f"-Dlog4j.configuration=file:{d / 'log4j.properties'}", f"-Dzookeeper.log.dir={d}", *jaas,
                     "-cp", ZK_JARS, "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                     str(d / "zoo.cfg")]
             with open(d / "stdout.log", "ab") as out:
@@ -607,7 +624,10 @@ class ZooKeeperTarget(Target):
         if why := ZkEnsemble.available():
             raise RuntimeError(why)
         self._starts += 1
-        e = ZkEnsemble(3, self.base / f"ensemble{self._starts}", "*", self.heap)
+        jaas = self.base / "jaas.conf"
+        self.base.mkdir(parents=True, exist_ok=True)
+        jaas.write_text(SASL_JAAS)
+        e = ZkEnsemble(3, self.base / f"ensemble{self._starts}", "*", self.heap, jaas)
         self.ensemble = e
         self.victim = e.start()
         self.log(f"zookeeper: 3 servers up, leader {self.victim}, pids "
@@ -921,6 +941,23 @@ class RawZk:
             if xid == jute.XID_NOTIFICATION:
                 self.events.append(jute.decode_event(body))
         return list(self.events)
+
+    def closed_within(self, seconds: float) -> bool:
+        """Whether the server closes the connection within ``seconds`` (what it sends meanwhile is kept)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                return False
+            except OSError:
+                return True
+            if not data:
+                return True
+            with contextlib.suppress(jute.JuteError):
+                self.bodies += self.reader.feed(data)
+        return False
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
