@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from puresasl.client import SASLClient
 
+from zabd.kv.zk.acl import ACL, ALL, READ, SUPER, Id, allowed, fixup
+from zabd.kv.zk.errors import ZKError
 from zabd.kv.zk.jaas import JaasError, load_users, parse, users_of
 from zabd.kv.zk.sasl import MAX_TOKEN, DigestMD5Server, SaslError, parse_directives, response_value
 
@@ -268,3 +270,28 @@ def test_load_users_errors_name_the_file(tmp_path: Path) -> None:
     ok = tmp_path / "jaas.conf"
     ok.write_text(HARNESS_JAAS)
     assert load_users(str(ok))["jaasuser"] == "jaas_password"
+
+
+# ------------------------------------------------------------- the sasl ACL scheme
+
+
+def test_sasl_acl_entries_grant_to_the_sasl_id_and_the_sasl_user_super() -> None:
+    acl = (ACL(READ, Id("sasl", "jaasuser")),)
+    assert allowed(acl, READ, [Id("sasl", "jaasuser")])
+    assert not allowed(acl, READ, [Id("sasl", "other"), Id("digest", "jaasuser:x")])
+    assert allowed(acl, READ, [Id("sasl", "super")])  # SASLAuthenticationProvider.matches
+    digest_only = (ACL(ALL, Id("digest", "u:hash")),)
+    assert not allowed(digest_only, READ, [Id("sasl", "super")])  # a sasl match only, not a superuser
+    assert allowed(digest_only, READ, [Id("sasl", "admin"), SUPER])  # zk_sasl_super_user's
+
+
+def test_sasl_acl_validity_and_the_auth_scheme() -> None:
+    # SASLAuthenticationProvider.isValid: what Kerberos' name parser takes
+    for name in ("bob", "a/b/c", "svc/host@REALM", "user@REALM", ""):
+        assert fixup("/n", [], [ACL(ALL, Id("sasl", name))]) == (ACL(ALL, Id("sasl", name)),)
+    for name in ("a@b@c", "a/b/c@R", "a@R/x"):
+        with pytest.raises(ZKError):
+            fixup("/n", [], [ACL(ALL, Id("sasl", name))])
+    # "auth" expands to the SASL id as to digest ones (isAuthenticated), not to ip
+    mine = [Id("ip", "127.0.0.1"), Id("sasl", "jaasuser")]
+    assert fixup("/n", mine, [ACL(ALL, Id("auth", ""))]) == (ACL(ALL, Id("sasl", "jaasuser")),)
