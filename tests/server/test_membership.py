@@ -88,7 +88,7 @@ async def _changes(cluster: LocalCluster, leader: int, acked: list[str]) -> list
             await until(f"a write acknowledged after {kw}", lambda: _at_least(acked, start + 2), timeout=30)
 
         for node in (4, 5, 6, 7):
-            await change(add={node: f"127.0.0.1:{cluster.peer_ports[node]}"})
+            await change(add={node: cluster.spec(node)})
             await until(f"node {node} follows", lambda n=node: _follows(cluster, n))
         want = {"voters": [1, 2, 3, 4, 5, 6, 7], "observers": []}
         for node in range(1, 8):
@@ -134,7 +134,7 @@ async def test_an_observer_is_added_promoted_demoted_and_removed_with_a_voter_ki
     answer); 4 is demoted and removed. Writes commit at every step."""
     with LocalCluster(4, base_dir=tmp_path, storage="disk", members=3) as cluster:
         await cluster.wait_leader([1, 2, 3], timeout=30)
-        addr4 = f"127.0.0.1:{cluster.peer_ports[4]}"
+        addr4 = cluster.spec(4)
         # one client per step: one on a node killed below must not carry on
         steps: list[tuple[dict[str, object], dict[str, object], str | None]] = [
             ({"observe": {4: addr4}}, {"voters": [1, 2, 3], "observers": [4]}, "observing"),
@@ -180,7 +180,7 @@ async def test_zabd_reconfig_takes_a_whole_membership_in_steps(tmp_path: Path) -
     with LocalCluster(4, base_dir=tmp_path, members=3) as cluster:
         await cluster.wait_leader([1, 2, 3], timeout=30)
         argv = [sys.executable, "-m", "zabd", "reconfig", "--servers", ",".join(cluster.servers[:3]), "--json",
-                "--voters", f"1,2,4=127.0.0.1:{cluster.peer_ports[4]}"]  # fmt: skip
+                "--voters", f"1,2,4={cluster.spec(4)}"]  # fmt: skip
         out = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         lines = [json.loads(line) for line in out.stdout.splitlines()]
@@ -199,7 +199,7 @@ async def test_a_removed_node_added_back_reaches_a_leader_it_never_heard_of(tmp_
         await cluster.wait_leader([1, 2, 3], timeout=30)
 
         def addr(n: int) -> str:
-            return f"127.0.0.1:{cluster.peer_ports[n]}"
+            return cluster.spec(n)
 
         await _change(cluster, [1, 3], remove=[2])
         await _change(cluster, [1, 3, 4], add={4: addr(4)})
@@ -227,7 +227,7 @@ async def test_a_removed_node_hears_of_new_members_on_a_link_that_stays_up(tmp_p
         await cluster.wait_leader([1, 2, 3], timeout=30)
 
         def addr(n: int) -> str:
-            return f"127.0.0.1:{cluster.peer_ports[n]}"
+            return cluster.spec(n)
 
         await _change(cluster, [1, 3], remove=[2])
         await _change(cluster, [1, 3, 4], add={4: addr(4)})

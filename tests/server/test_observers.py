@@ -58,10 +58,12 @@ async def test_observers_serve_but_never_vote(tmp_path: Path) -> None:
         await asyncio.to_thread(zk.start, 20)
         try:
             # /zookeeper/config as a static ZooKeeper 3.8 ensemble shows it (checked against Debian's
-            # 3.8.0: "server.1=127.0.0.1:<quorum>:<election>:participant\n...\nversion=0", version -1)
+            # 3.8.0: "server.1=127.0.0.1:<quorum>:<election>:participant;127.0.0.1:<client>\n...\nversion=0",
+            # version -1)
             config, cstat = await asyncio.to_thread(zk.get, "/zookeeper/config")
             roles = {1: "participant", 2: "participant", 3: "participant", 4: "observer", 5: "observer"}
-            lines = [f"server.{i}=127.0.0.1:{cluster.peer_ports[i]}:{cluster.peer_ports[i]}:{roles[i]}" for i in roles]
+            lines = [f"server.{i}=127.0.0.1:{cluster.peer_ports[i]}:{cluster.election_ports[i]}:{roles[i]};"
+                     f"{cluster.zk_addr(i)}" for i in roles]
             assert config.decode() == "\n".join([*lines, "version=0"])
             assert (cstat.version, cstat.aversion, cstat.mzxid) == (-1, -1, 0)
             path = await asyncio.to_thread(zk.create, "/obs", b"v", None, False, True)

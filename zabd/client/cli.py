@@ -152,9 +152,17 @@ def propose_main(argv: list[str]) -> int:
 
 
 def _member(text: str) -> tuple[int, str]:
+    from zabd.codec.members import parse_spec
+
     node, sep, addr = text.partition("=")
-    if not node.isdigit() or (sep and addr.count(":") != 1):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected ID or ID=HOST:PEER_PORT")
+    if not node.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ID or ID=HOST:PEER_PORT (or ID=ZooKeeper's "
+                                         "HOST:QUORUM:ELECTION[:ROLE][;CLIENT])")
+    if sep:
+        try:
+            parse_spec(addr)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
     return int(node), addr
 
 
@@ -165,7 +173,8 @@ def _members(text: str) -> dict[int, str]:
 def reconfig_main(argv: list[str]) -> int:
     p = _parser("zabd reconfig", "change the membership (one voter more or fewer per change; observers freely)")
     p.add_argument("--add", action="append", type=_member, default=[], metavar="ID=HOST:PEER_PORT",
-                   help="make a node a voter (a new node needs its quorum address; start it with join = true)")
+                   help="make a node a voter (a new node needs its quorum address, or its whole ZooKeeper spec "
+                   "host:quorum:election;client as its peers entry has it; start it with join = true)")
     p.add_argument("--observe", action="append", type=_member, default=[], metavar="ID[=HOST:PEER_PORT]",
                    help="make a node an observer (a member that never votes)")
     p.add_argument("--remove", action="append", type=int, default=[], metavar="ID", help="take a node out")

@@ -77,8 +77,10 @@ class LocalCluster:
         self.log_level = log_level
         self._own_dir = base_dir is None
         self.base = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="zabd-cluster-"))
-        ports = free_ports(5 * n)
+        ports = free_ports(6 * n)
         self.peer_ports = {i: ports[i - 1] for i in range(1, n + 1)}
+        # ZooKeeper's election port of each node's spec: zabd accepts the same peer links there
+        self.election_ports = {i: ports[5 * n + i - 1] for i in range(1, n + 1)}
         self.client_ports = {i: ports[n + i - 1] for i in range(1, n + 1)}
         # the admin HTTP port (/health, /status, /metrics), when asked for
         self.admin_ports = {i: ports[2 * n + i - 1] for i in range(1, n + 1)} if admin else {}
@@ -118,6 +120,15 @@ class LocalCluster:
     def zk_hosts(self) -> str:
         """The connect string of ZooKeeper's clients (kazoo's ``hosts``, zkCli's ``-server``)."""
         return ",".join(self.zk_addr(i) for i in range(1, self.n + 1))
+
+    def spec(self, i: int, role: str | None = None) -> str:
+        """Node ``i``'s ZooKeeper server spec (``role`` left out: the
+        membership says it), so that ``/zookeeper/config`` lists every client
+        address as ZooKeeper's clients (Curator, zkCli ``config``) read it;
+        also what a reconfig that adds the node names (``zabd reconfig
+        --add i=SPEC``)."""
+        head = f"{self.hosts[i]}:{self.peer_ports[i]}:{self.election_ports[i]}"
+        return f"{head}{'' if role is None else ':' + role};{self.zk_addr(i)}"
 
     def config_path(self, i: int) -> Path:
         return self.base / f"node{i}.toml"
@@ -183,7 +194,8 @@ class LocalCluster:
             lines.append("[peers]")
             for j in range(1, self.n + 1):
                 if j <= self.members or j == i:
-                    lines.append(f'{j} = "{self.hosts[j]}:{self.peer_ports[j]}"')
+                    role = "observer" if j in self.extra.get("observers", ()) else "participant"
+                    lines.append(f'{j} = "{self.spec(j, role)}"')
             self.config_path(i).write_text("\n".join(lines) + "\n")
 
     def start_node(self, i: int) -> None:

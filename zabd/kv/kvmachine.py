@@ -83,15 +83,20 @@ class _Results:
 
 
 class KVMachine:
-    def __init__(self, zk_max_data: int = DEFAULT_MAX_DATA, zk_config: bytes = b"") -> None:
-        """``zk_config``: ZooKeeper's ``/zookeeper/config`` text of this ensemble."""
+    def __init__(self, zk_max_data: int = DEFAULT_MAX_DATA, zk_config: bytes = b"",
+                 wall_ms: Callable[[], int] | None = None) -> None:
+        """``zk_config``: ZooKeeper's ``/zookeeper/config`` text of this ensemble;
+        ``wall_ms``: this server's clock, for that node's mtime as ZooKeeper
+        sets it (when the server starts, restores a snapshot or applies a
+        reconfig); without one (the simulator, tools) it is 0."""
         self.store = KVStore()
         self.leader = KVLeader(self.store)
         self.zk_max_data = zk_max_data
         self.zk_config = zk_config
+        self.wall_ms = wall_ms
         self.zk = DataTree()
         if zk_config:
-            self.zk.set_config(zk_config)
+            self.zk.set_config(zk_config, 0, self._now())
         self.zk_leader = ZKLeader(self.zk, zk_max_data)
         self.zk_applied: Callable[[int, Applied], None] | None = None
         self.zk_restored: Callable[[], None] | None = None  # the tree was replaced by a snapshot
@@ -162,7 +167,10 @@ class KVMachine:
                 specs = decode_specs(m.extra)
             except ValueError:
                 specs = {}
-            self.zk.reconfigured(zookeeper_config_text(m.voters, m.observers, specs, zxid), zxid)
+            self.zk.reconfigured(zookeeper_config_text(m.voters, m.observers, specs, zxid), zxid, self._now())
+
+    def _now(self) -> int:
+        return 0 if self.wall_ms is None else self.wall_ms()
 
     def result(self, zxid: int) -> Result | None:
         """The result of the KV txn at ``zxid``, if still kept here."""
@@ -194,8 +202,10 @@ class KVMachine:
             self.store.restore(data)
         if self.membership_changes:
             self._config_from(*self.membership_changes[-1])
+            # the snapshot holds its writer's time (unless a superuser's setData made the node since)
+            self.zk.stamp_config(self.membership_changes[-1][0], self._now())
         elif self.zk_config:
-            self.zk.set_config(self.zk_config)
+            self.zk.set_config(self.zk_config, 0, self._now())
         self.leader = KVLeader(self.store)
         self.zk_leader = ZKLeader(self.zk, self.zk_max_data)
         self._kv_results.clear()

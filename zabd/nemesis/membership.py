@@ -60,7 +60,8 @@ class MembershipChanger:
         return list(range(1, self.cluster.n + 1))
 
     def address(self, node: int) -> str:
-        return f"{self.cluster.hosts[node]}:{self.cluster.peer_ports[node]}"
+        # the whole spec, so that /zookeeper/config keeps every member's client address
+        return self.cluster.spec(node)
 
     async def current(self) -> tuple[Membership | None, int | None]:
         """The newest membership any server reports (a change takes effect

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from zabd.codec.members import WILDCARDS, PeerSpec, parse_spec
 from zabd.kv.zk.jaas import JaasError, load_users
 from zabd.server.auth import TokenFileError, load_tokens
 from zabd.server.zk_words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS, ZK_WORDS
@@ -46,12 +47,15 @@ def parse_hostport(value: str) -> tuple[str, int]:
 
 class ServerConfig(BaseModel):
     """One replica's configuration. ``peers`` maps every node id of the
-    ensemble (this node's included) to its quorum ``host:port``."""
+    ensemble (this node's included) to its quorum ``host:port``, or to
+    ZooKeeper's server spec ``host:quorumport:electionport[:role][;[clienthost:]
+    clientport]`` (``zabd.codec.members.parse_spec``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     id: int = Field(ge=1, le=255, description="this node's id (1..n)")
-    peers: dict[int, str] = Field(description="every node's quorum host:port, this node's included")
+    peers: dict[int, str] = Field(description="every node's quorum host:port or ZooKeeper server spec, this node's "
+                                              "included")
     # ids of peers that are observers (ZooKeeper's observers): they follow the leader, hold
     # every txn and serve clients, but never vote, never count toward a quorum and never
     # lead. The same list on every node (env: '4,5').
@@ -231,12 +235,17 @@ class ServerConfig(BaseModel):
             if not 1 <= node_id <= 255:
                 raise ValueError(f"peer id {node_id} out of range; expected 1..255")
             try:
-                hp = parse_hostport(addr)
+                spec = parse_spec(addr)
             except ValueError as exc:
                 raise ValueError(f"peers.{node_id} = {addr!r}: {exc}") from None
-            if hp in seen:
-                raise ValueError(f"peers.{node_id} = {addr!r}: duplicate address, already used by node {seen[hp]}")
-            seen[hp] = node_id
+            for port in (spec.quorum, spec.election):
+                if port is None:
+                    continue
+                hp = (spec.host, port)
+                if hp in seen:
+                    raise ValueError(f"peers.{node_id} = {addr!r}: duplicate address {spec.host}:{port}, already "
+                                     f"used by node {seen[hp]}")
+                seen[hp] = node_id
         # ids may have gaps: members come and go (zabd reconfig)
         return value
 
@@ -308,23 +317,44 @@ class ServerConfig(BaseModel):
                              f"{sorted(self.peers)}")
         if len(set(self.observers)) != len(self.observers):
             raise ValueError(f"field 'observers' = {self.observers}: an id is listed twice")
-        if set(self.observers) >= set(self.peers):
+        for node_id in self.observers:
+            if self.peer_spec(node_id).role == "participant":
+                raise ValueError(f"field 'observers' = {self.observers}: peers.{node_id} = "
+                                 f"{self.peers[node_id]!r} says participant; expected one role for a node")
+        if self.observer_ids >= set(self.peers):
             raise ValueError(f"field 'observers' = {self.observers}: every node would be an observer; "
                              "expected at least one voter")
+        own = self.peer_spec(self.id)
+        if self.zookeeper and own.client_port is not None:
+            zhost, zport = parse_hostport(self.zookeeper)
+            # ZooKeeper's rule (QuorumPeerConfig.setupClientPort): a wildcard listens on the port named
+            if zport != own.client_port or (zhost not in WILDCARDS and zhost != own.client_host):
+                raise ValueError(f"field 'zookeeper' = {self.zookeeper!r}: peers.{self.id} = "
+                                 f"{self.peers[self.id]!r} gives this node's client address as {own.client_addr}; "
+                                 "expected the same address (or a wildcard host and the same port), or one left out")
         client = parse_hostport(self.client)
-        taken = (client, *(parse_hostport(a) for a in self.peers.values()))
+        taken = (client, *self._peer_ports())
         if self.admin and parse_hostport(self.admin) in taken:
             raise ValueError(f"field 'admin' = {self.admin!r}: the port is already the client or a peer port")
-        if self.zookeeper and parse_hostport(self.zookeeper) in (*taken, *([self.admin_addr] if self.admin else [])):
-            raise ValueError(f"field 'zookeeper' = {self.zookeeper!r}: the port is already the client, admin or a "
-                             "peer port")
-        for node_id, addr in self.peers.items():
-            if parse_hostport(addr) == client:
+        zk = self.zookeeper_addr
+        if zk and zk in (*taken, *([self.admin_addr] if self.admin else [])):
+            raise ValueError(f"field 'zookeeper' = {self.zookeeper_listen!r}: the port is already the client, "
+                             "admin or a peer port")
+        for node_id in self.peers:
+            if client in self._peer_ports(node_id):
                 raise ValueError(
                     f"field 'client' = {self.client!r}: duplicate port, peers.{node_id} uses it; "
                     "expected a free host:port"
                 )
         return self
+
+    def _peer_ports(self, node_id: int | None = None) -> list[tuple[str, int]]:
+        """The quorum and election (host, port) of one node, or of all."""
+        out = []
+        for n in self.peers if node_id is None else [node_id]:
+            spec = self.peer_spec(n)
+            out += [(spec.host, p) for p in (spec.quorum, spec.election) if p is not None]
+        return out
 
     # --------------------------------------------------------------- helpers
 
@@ -332,8 +362,30 @@ class ServerConfig(BaseModel):
     def peer_ids(self) -> list[int]:
         return sorted(i for i in self.peers if i != self.id)
 
+    def peer_spec(self, node_id: int) -> PeerSpec:
+        return parse_spec(self.peers[node_id])
+
     def peer_addr(self, node_id: int) -> tuple[str, int]:
-        return parse_hostport(self.peers[node_id])
+        """A node's quorum (host, port): the one its peers dial."""
+        spec = self.peer_spec(node_id)
+        return spec.host, spec.quorum
+
+    @property
+    def quorum_addresses(self) -> dict[int, str]:
+        """Every node's quorum ``host:port`` (what the transport dials)."""
+        return {n: self.peer_spec(n).quorum_addr for n in self.peers}
+
+    @property
+    def election_addr(self) -> tuple[str, int] | None:
+        """This node's election (host, port), if its spec names one: it
+        accepts the same peer links there as on its quorum port."""
+        spec = self.peer_spec(self.id)
+        return None if spec.election is None else (spec.host, spec.election)
+
+    @property
+    def observer_ids(self) -> frozenset[int]:
+        """``observers`` and the nodes whose spec says ``observer``."""
+        return frozenset(self.observers) | {n for n in self.peers if self.peer_spec(n).role == "observer"}
 
     @property
     def client_addr(self) -> tuple[str, int]:
@@ -344,8 +396,16 @@ class ServerConfig(BaseModel):
         return parse_hostport(self.admin) if self.admin else None
 
     @property
+    def zookeeper_listen(self) -> str:
+        """``host:port`` of ZooKeeper's client port: ``zookeeper``, else the
+        client address of this node's spec (as ZooKeeper takes clientPort from
+        its dynamic config), else "" (off)."""
+        return self.zookeeper or self.peer_spec(self.id).client_addr or ""
+
+    @property
     def zookeeper_addr(self) -> tuple[str, int] | None:
-        return parse_hostport(self.zookeeper) if self.zookeeper else None
+        listen = self.zookeeper_listen
+        return parse_hostport(listen) if listen else None
 
     @property
     def zookeeper_secure_addr(self) -> tuple[str, int] | None:
@@ -363,7 +423,8 @@ def _expected(field: str) -> str:
     if field == "zk_4lw_whitelist":
         return "a list of four-letter words or '*' (env: 'srvr,mntr')"
     if field == "peers":
-        return "a table of node id -> 'host:port' (env: '1=host:port,2=host:port')"
+        return ("a table of node id -> 'host:port' or 'host:quorumport:electionport[:role][;[clienthost:]clientport]' "
+                "(env: '1=host:port,2=host:port')")
     if field == "observers":
         return "a list of node ids (env: '4,5')"
     if ann == list[str]:

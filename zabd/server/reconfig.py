@@ -8,7 +8,7 @@ core's decision (``Node.propose_membership``), not this module's.
 
 from __future__ import annotations
 
-from zabd.codec.members import decode_specs, encode_addresses, quorum_address
+from zabd.codec.members import decode_specs, encode_addresses, parse_spec
 from zabd.protocol.membership import Membership
 
 
@@ -25,9 +25,13 @@ def requested(current: Membership, add: dict[int, str], observe: dict[int, str],
         if not 1 <= node <= 255:
             raise ReconfigError(f"node id {node} is not one of 1..255")
         if addr:
-            host, _, port = quorum_address(addr).rpartition(":")
-            if not host or not port.isdigit():
-                raise ReconfigError(f"node {node}: {addr!r} is not host:port")
+            try:
+                role = parse_spec(addr).role
+            except ValueError as exc:
+                raise ReconfigError(f"node {node}: {addr!r}: {exc}") from None
+            if role is not None and role != ("observer" if node in observe else "participant"):
+                raise ReconfigError(f"node {node}: {addr!r} says {role}, but the request makes it "
+                                    f"{'an observer' if node in observe else 'a voter'}")
             addresses[node] = addr
         elif node not in addresses:
             raise ReconfigError(f"node {node} is not a member: its quorum host:port is needed")

@@ -76,6 +76,11 @@ class Replica:
         self.recovered = recover(state, storage, self.node, self.machine, self.log, warnings)
         if self.disk is not None and not self.disk.fsync:
             self.log.warning("fsync = false: acknowledged writes can be lost on a crash (benchmarks only)")
+        bare = sorted(n for n in config.peers if config.peer_spec(n).election is None)
+        if config.zookeeper_listen and bare:
+            self.log.warning("peers given as bare host:port: /zookeeper/config shows their one peer port as both "
+                             "ports, which ZooKeeper's parser (Curator, zkCli config) refuses; give "
+                             "host:quorumport:electionport;clientport specs (docs/zookeeper.md)", nodes=bare)
         # memory storage keeps nothing; a null machine's state is the whole log
         self.snapshotter = None
         if self.disk is not None and not isinstance(self.machine, NullMachine):
@@ -201,8 +206,10 @@ class Replica:
         self._tasks.append(asyncio.create_task(freeze_survivors(self.counters.loop_lag.observe), name="gc"))
         cfg = self.config
         (host, port), (chost, cport) = cfg.peer_addr(self.id), cfg.client_addr
+        election = cfg.election_addr
         self.log.info("server started", peer_port=f"{host}:{port}", client_port=f"{chost}:{cport}",
-                      zookeeper_port=cfg.zookeeper or None, admin_port=cfg.admin or None, peers=cfg.peers,
+                      election_port=f"{election[0]}:{election[1]}" if election else None,
+                      zookeeper_port=cfg.zookeeper_listen or None, admin_port=cfg.admin or None, peers=cfg.peers,
                       storage=cfg.storage, tick_ms=cfg.tick_ms, version=__version__)
 
     async def _start_ticking(self) -> None:

@@ -195,7 +195,7 @@ class StatusReport:
                            "version": zx.fmt(node.membership_zxid), "zxid": node.membership_zxid},
             "peers_connected": sorted(p for p in self.transport.peers if self.transport.connected(p)),
             "storage": self.config.storage,
-            "zookeeper_port": self.config.zookeeper or None,  # host:port of ZooKeeper's client port, if on
+            "zookeeper_port": self.config.zookeeper_listen or None,  # host:port of ZooKeeper's client port, if on
             "fsync": self.config.fsync,
             "client_connections": len(self.transport.clients),
             # zabd.server.limits: connections refused and cut by reason, bytes held for clients now

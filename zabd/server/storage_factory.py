@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import time
+
 from zabd.codec.members import decode_specs, encode_addresses, zookeeper_config_text
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.machine import NullMachine, StateMachine
@@ -33,12 +35,12 @@ def open_storage(config: ServerConfig) -> Storage:
 def open_state_machine(config: ServerConfig) -> StateMachine:
     if config.state_machine == "none":
         return NullMachine()
-    return KVMachine(config.zk_max_data, zookeeper_config(config))
+    return KVMachine(config.zk_max_data, zookeeper_config(config), lambda: int(time.time() * 1000))
 
 
 def initial_membership(config: ServerConfig) -> Membership:
     """The membership a node starts with (its log's changes override it)."""
-    observers = frozenset(config.observers)
+    observers = config.observer_ids
     members = frozenset(config.peers) - ({config.id} if config.join else set())
     return Membership(members - observers, observers & members, encode_addresses(config.peers))
 

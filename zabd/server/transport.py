@@ -290,8 +290,8 @@ class Transport:
             self.client_tls = server_context(config.tls_ca, config.tls_cert, config.tls_key, config.tls_client_certs)
         self._dial_errors: dict[int, str] = {}
         # the members' quorum addresses: the configured ones until a membership change says otherwise
-        self.addresses: dict[int, str] = dict(config.peers)
-        self.hello_observers: tuple[int, ...] | None = tuple(config.observers)
+        self.addresses: dict[int, str] = config.quorum_addresses
+        self.hello_observers: tuple[int, ...] | None = tuple(sorted(config.observer_ids))
         self.dialers: dict[int, asyncio.Task[None]] = {}
         # quorum addresses of members that peers told of (wire.Members) and the log has not yet
         self.learned: dict[int, str] = {}
@@ -323,6 +323,11 @@ class Transport:
             (lambda: PeerLink(self, None), host, port, self.peer_tls[0] if self.peer_tls else None, "peer"),
             (lambda: ClientLink(self), chost, cport, self.client_tls, "client"),
         ]
+        if (election := self.config.election_addr) is not None:
+            # ZooKeeper's election port, named in this node's spec: zabd elects on the peer link itself,
+            # so this port takes the same links as the quorum port (a peer may dial either)
+            ports.append((lambda: PeerLink(self, None), *election, self.peer_tls[0] if self.peer_tls else None,
+                          "peer"))
         ports += self.more_ports
         for factory, h, p, ctx, kind in ports:
             if ctx is None:

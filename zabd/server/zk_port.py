@@ -351,6 +351,7 @@ def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, statu
     if (addr is None and secure is None) or sessions is None:
         return None
     conf = {k: v for k, v in cfg.model_dump().items() if k in CONF_FIELDS}
+    conf["zookeeper"] = cfg.zookeeper_listen  # as taken from this node's spec when the field is empty
     port = ZKPort(sessions, status, conf, kick, log, metrics)
     sessions.refused = transport.refusals.refused  # a flood of failed SASL exchanges is not a flood of lines
     if addr is not None:

@@ -64,7 +64,8 @@ _SNAP_FORMAT = 5
 _CHILDREN = struct.Struct("<i")
 _SESSION = struct.Struct("<qq")
 
-SPECIAL_PATHS = frozenset({"/", "/zookeeper", "/zookeeper/quota", "/zookeeper/config"})
+CONFIG_PATH: Final = "/zookeeper/config"
+SPECIAL_PATHS = frozenset({"/", "/zookeeper", "/zookeeper/quota", CONFIG_PATH})
 
 # An IntEnum member read from compiled code is a lookup of ~85 ns, a Final
 # constant ~17: every write triggers one or two
@@ -254,18 +255,28 @@ class DataTree:
             if path != "/":
                 self._link(path)
 
-    def set_config(self, data: bytes, zxid: int = 0) -> None:
+    def set_config(self, data: bytes, zxid: int = 0, mtime: int = 0) -> None:
         """``/zookeeper/config``: the ensemble as this server is configured,
         in ZooKeeper's format. ZooKeeper sets it locally, not through its log,
         and so does this: every replica is configured alike, so their trees
         (and digests) agree. Stat as ZooKeeper's for a static ensemble
-        (version -1, aversion -1), but with mtime 0 instead of the start time.
-        A membership change sets it through the log (``zxid``: the change's).
-        Its children stay (a superuser may create some): a node that lost
-        them would leave them orphans, and the tree's snapshot unrestorable."""
-        path = "/zookeeper/config"
+        (version -1, aversion -1); ``mtime`` is this server's (ZooKeeper's:
+        its start time, or when it applied the reconfig), which the digest
+        leaves out (``_node_hash``). A membership change sets it through the
+        log (``zxid``: the change's). Its children stay (a superuser may
+        create some): a node that lost them would leave them orphans, and the
+        tree's snapshot unrestorable."""
+        path = CONFIG_PATH
         old = self.nodes[path]
-        self._put(path, ZNode.make(data, old.acl, 0, zxid, 0, 0, 0, -1, 0, -1, 0, old.children))
+        self._put(path, ZNode.make(data, old.acl, 0, zxid, 0, 0, mtime, -1, 0, -1, 0, old.children))
+
+    def stamp_config(self, zxid: int, mtime: int) -> None:
+        """``/zookeeper/config`` as it is, with this server's ``mtime``, if
+        the membership change at ``zxid`` made it (not a client's setData)."""
+        node = self.nodes.get(CONFIG_PATH)
+        if node is not None and node.mzxid == zxid:
+            _, mz, pz, _, _, ver, cv, av, _ = node.header()
+            self._put(CONFIG_PATH, node.with_header(mz, pz, mtime, ver, cv, av, node.children))
 
     def replicated_digest(self) -> int:
         """The digest without ``/zookeeper/config``'s share: a server sets that
@@ -273,16 +284,15 @@ class DataTree:
         log, so a tree rebuilt from the log alone (an audit's replay of a
         node without a snapshot) lacks it while a snapshot holds it. What the
         log made of the rest is what replicas are compared on."""
-        path = "/zookeeper/config"
-        node = self.nodes.get(path)
-        return self.digest if node is None else (self.digest - self._hash(path, node)) & MASK64
+        node = self.nodes.get(CONFIG_PATH)
+        return self.digest if node is None else (self.digest - self._hash(CONFIG_PATH, node)) & MASK64
 
-    def reconfigured(self, data: bytes, zxid: int) -> None:
+    def reconfigured(self, data: bytes, zxid: int, mtime: int = 0) -> None:
         """A membership change committed at ``zxid``: ``/zookeeper/config``
         follows it, and the tree has applied ``zxid``, as after ZooKeeper's
         reconfig txn (a reply's zxid, a client's ``lastZxidSeen``, and the
         digest rows the audit compares all count it)."""
-        self.set_config(data, zxid)
+        self.set_config(data, zxid, mtime)
         self.applied = zxid
 
     # ------------------------------------------------------------ internals
@@ -304,7 +314,13 @@ class DataTree:
         replicas apart, and a cryptographic hash of every write's data cost
         more than the rest of the apply. CRC-32C, which the CPU computes (a
         third of zlib's CRC-32 time for 1 KiB). The high half covers the path,
-        ACL and children count, the low half all of it with the data and stat."""
+        ACL and children count, the low half all of it with the data and stat.
+        ``/zookeeper/config``'s mtime is each server's own (ZooKeeper's digest
+        leaves all of /zookeeper/ out): it is hashed as 0, so that replicas,
+        and a snapshot restored elsewhere, still agree."""
+        if path == CONFIG_PATH:
+            cz, mz, pz, ct, _, ver, cv, av, owner = node.header()
+            node = ZNode.make(node.data, node.acl, cz, mz, pz, ct, 0, ver, cv, av, owner, node.children)
         acl = node.acl
         ab = self._acl_bytes.get(acl)
         if ab is None:
@@ -318,7 +334,7 @@ class DataTree:
         high half of its hash is ``old``'s (a setData hashes only its data)."""
         old_h = self._hash(path, old)
         head = old_h >> 32
-        h = (head << 32) | _low_hash(new, head)
+        h = self._node_hash(path, new) if path == CONFIG_PATH else (head << 32) | _low_hash(new, head)
         self.nodes[path] = new
         self._remember(path, new, h)
         self.digest = (self.digest - old_h + h) & MASK64
