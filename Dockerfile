@@ -10,8 +10,9 @@ RUN pip install --no-cache-dir . && useradd --system --uid 10001 zabd && mkdir -
 USER zabd
 ENV ZABD_DATA_DIR=/data PYTHONUNBUFFERED=1
 VOLUME ["/data"]
-# 2888: peer (quorum) port, 7000: client port
-EXPOSE 2888 7000
+# 2888: peer (quorum) port, 3888: ZooKeeper's election port (the same peer links, docs/zookeeper.md),
+# 7000: client port, 2181: ZooKeeper's client port, 8080: admin HTTP port
+EXPOSE 2888 3888 7000 2181 8080
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["zabd"]
 CMD ["serve"]

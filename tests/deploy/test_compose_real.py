@@ -27,7 +27,7 @@ from kazoo.client import KazooClient
 
 from zabd.client.client import Client, ZabdError
 from zabd.codec.client import NodeStatus
-from zabd.server.compose import CLIENT_PORT, PEER_PORT
+from zabd.server.compose import CLIENT_PORT, spec
 
 pytestmark = pytest.mark.docker
 T = TypeVar("T")
@@ -288,7 +288,7 @@ async def test_the_three_node_cluster_grows_to_five_live() -> None:
             assert up.returncode == 0, up.stderr[-2000:]
             members = ",".join(f"zabd{i}:{CLIENT_PORT}" for i in (1, 2, 3))  # the leader takes it
             cmd = [*grow, "exec", "-T", "zabd1", "zabd", "reconfig", "--servers", members,
-                   "--voters", f"1,2,3,4=zabd4:{PEER_PORT},5=zabd5:{PEER_PORT}"]  # fmt: skip
+                   "--voters", f"1,2,3,4={spec(4)},5={spec(5)}"]  # fmt: skip
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=p.env)
             assert out.returncode == 0, out.stderr[-2000:]
 

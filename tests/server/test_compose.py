@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from zabd.server.compose import CLIENT_PORT, PEER_PORT, render, services
+from zabd.server.compose import CLIENT_PORT, ELECTION_PORT, PEER_PORT, ZK_PORT, render, services
 from zabd.server.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +48,10 @@ def test_compose_services_match_the_config_model(n: int) -> None:
         cfg = load_config(None, env)
         configs[name] = cfg
         assert name == f"zabd{cfg.id}" and svc["hostname"] == name
-        # its own peer entry is its own hostname on the peer port
-        assert cfg.peer_addr(cfg.id) == (name, PEER_PORT)
+        # its own peer entry is its own hostname on the peer port, a ZooKeeper spec with an
+        # election port and its ZooKeeper client port (so that /zookeeper/config parses)
+        assert cfg.peer_addr(cfg.id) == (name, PEER_PORT) and cfg.election_addr == (name, ELECTION_PORT)
+        assert cfg.peer_spec(cfg.id).client_addr == f"0.0.0.0:{ZK_PORT}"
         assert cfg.client_addr[1] == CLIENT_PORT
         volume = svc["volumes"][0].split(":")
         assert volume[1] == cfg.data_dir and volume[0] in doc["volumes"]
@@ -57,7 +59,7 @@ def test_compose_services_match_the_config_model(n: int) -> None:
     assert ids == list(range(1, n + 1))
     peer_maps = {tuple(sorted(c.peers.items())) for c in configs.values()}
     assert len(peer_maps) == 1, "services disagree on the peer list"
-    for node_id, addr in configs["zabd1"].peers.items():
+    for node_id, addr in configs["zabd1"].quorum_addresses.items():
         host, port = addr.rsplit(":", 1)
         assert host in svcs and int(port) == PEER_PORT and svcs[host]["environment"]["ZABD_ID"] == str(node_id)
     # client ports on the host's loopback only, zabd's and ZooKeeper's, two per node

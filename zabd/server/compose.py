@@ -35,6 +35,7 @@ import sys
 from typing import Any
 
 PEER_PORT = 2888
+ELECTION_PORT = 3888  # ZooKeeper's election port: zabd takes the same peer links there (docs/zookeeper.md)
 CLIENT_PORT = 7000
 HOST_CLIENT_BASE = 7000
 ADMIN_PORT = 8080
@@ -53,6 +54,14 @@ HEALTH_PROBE = (
 )
 
 
+def spec(i: int) -> str:
+    """Node ``i``'s ZooKeeper server spec, as ZooKeeper's own images write it:
+    /zookeeper/config then shows ``zabdI:2888:3888:participant;0.0.0.0:2181``,
+    which ZooKeeper's clients (Curator's EnsembleTracker, zkCli ``config``)
+    read as ``zabdI:2181``."""
+    return f"zabd{i}:{PEER_PORT}:{ELECTION_PORT};{ZK_PORT}"
+
+
 def services(
     n: int,
     *,
@@ -68,7 +77,7 @@ def services(
     ``context`` is the build context (the folder with the Dockerfile)
     relative to the compose file's folder: Compose resolves it from there."""
     members = members or n
-    peers = ",".join(f"{i}=zabd{i}:{PEER_PORT}" for i in range(1, members + 1))
+    peers = ",".join(f"{i}={spec(i)}" for i in range(1, members + 1))
     doc: dict[str, Any] = {"services": {}, "volumes": {}}
     for i in range(1, n + 1):
         doc["services"][f"zabd{i}"] = {
@@ -79,7 +88,7 @@ def services(
             "environment": {
                 "ZABD_ID": str(i),
                 # a node that joins later lists the first members and itself
-                "ZABD_PEERS": peers if i <= members else f"{peers},{i}=zabd{i}:{PEER_PORT}",
+                "ZABD_PEERS": peers if i <= members else f"{peers},{i}={spec(i)}",
                 "ZABD_CLIENT": f"0.0.0.0:{CLIENT_PORT}",
                 "ZABD_DATA_DIR": "/data",
                 "ZABD_STORAGE": storage,
@@ -162,7 +171,7 @@ def render(n: int, **kw: Any) -> str:
         + " ".join(f"zabd{i}" for i in range(members + 1, n + 1)) + ", then\n"
         "#   docker-compose -p PROJECT -f FILE exec -T zabd1 zabd reconfig --servers "
         + ",".join(f"zabd{i}:{CLIENT_PORT}" for i in range(1, members + 1)) + " "
-        "--voters " + ",".join(str(i) if i <= members else f"{i}=zabd{i}:{PEER_PORT}" for i in range(1, n + 1)),
+        "--voters '" + ",".join(str(i) if i <= members else f"{i}={spec(i)}" for i in range(1, n + 1)) + "'",
         f"# A node stopped by hand (docker kill/stop) stays down: docker-compose -p zabd{n} -f FILE start zabdI",
     ]
     if tls:
