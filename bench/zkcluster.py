@@ -65,8 +65,12 @@ class ZkCluster:
         hosts: dict[int, str] | None = None,
         spawn: Spawner | None = None,
         heap: str = "512m",
+        client_in_spec: bool = False,
     ) -> None:
+        """``client_in_spec``: each ``server.N`` line carries its client
+        address (``;host:port``), so that /zookeeper/config lists them all."""
         self.n = n
+        self.client_in_spec = client_in_spec
         self.base = base
         self.hosts = hosts or {i: "127.0.0.1" for i in range(1, n + 1)}
         loopback = len(set(self.hosts.values())) == 1
@@ -85,7 +89,9 @@ class ZkCluster:
         """Start every server; wait until all serve with one leader; return its id."""
         shutil.rmtree(self.base, ignore_errors=True)
         servers = "".join(
-            f"server.{i}={self.hosts[i]}:{self.quorum_ports[i]}:{self.election_ports[i]}\n" for i in self.hosts
+            f"server.{i}={self.hosts[i]}:{self.quorum_ports[i]}:{self.election_ports[i]}"
+            + (f":participant;{self.client_addr(i)}" if self.client_in_spec else "") + "\n"
+            for i in self.hosts
         )
         for i in self.hosts:
             d = self.base / str(i)

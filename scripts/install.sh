@@ -19,6 +19,12 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 # ZooKeeper 3.8 (zkCli.sh, zookeeper.jar): the tests compare zkCli against zabd and ZooKeeper
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+# Curator 5.x and javac: tests/server/test_zk_config_clients.py compiles small Java programs
+# (ZooKeeper's config parser, Curator's EnsembleTracker and recipes) against these jars
+command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
+for pkg in framework recipes client; do
+    [ -f "/usr/share/java/curator-$pkg.jar" ] || need+=("libcurator-$pkg-java")
+done
 is_311() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; }
 if [ -n "${ZABD_PYTHON:-}" ]; then
     PY=$ZABD_PYTHON

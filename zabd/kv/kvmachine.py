@@ -37,9 +37,10 @@ from zabd.codec.zk_txn import ZK_MAGIC
 from zabd.kv.machine import MalformedTxn, record_change
 from zabd.kv.store import MALFORMED, KVLeader, KVStore, Result
 from zabd.kv.zk.errors import Code
+from zabd.kv.zk.events import EventType
 from zabd.kv.zk.prep import DEFAULT_MAX_DATA, ZKLeader
 from zabd.kv.zk.records import ErrorResult, WriteResult
-from zabd.kv.zk.tree import Applied, DataTree
+from zabd.kv.zk.tree import CONFIG_PATH, Applied, DataTree
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.messages import Txn
@@ -54,6 +55,9 @@ DIGEST_MAX_KEYS = 200_000
 _LEN = struct.Struct("<Q")
 _CHANGE = struct.Struct("<QI")
 _log = structlog.get_logger("zabd.kv")
+# the kind of the Applied a membership change hands to zk_applied: ZooKeeper's OpCode.reconfig
+# (no ZooKeeper txn of zabd's has it: a membership change is the core's, zabd.kv.kinds)
+RECONFIG_KIND = 16
 
 
 class _Results:
@@ -138,7 +142,12 @@ class KVMachine:
             self.zk_leader.committed(txn.zxid)
         elif p.startswith(MEMBERSHIP_MAGIC):
             record_change(self.membership_changes, txn)
-            self._config_from(txn.zxid, p)
+            if self._config_from(txn.zxid, p) and self.zk_applied is not None:
+                # ZooKeeper's reconfig sets the node's data: its data watches fire (Curator's
+                # EnsembleTracker and zkCli's `config -w` learn of the change from them)
+                node = self.zk.nodes[CONFIG_PATH]
+                changed = (EventType.NODE_DATA_CHANGED, CONFIG_PATH, node.acl)
+                self.zk_applied(txn.zxid, Applied(RECONFIG_KIND, 0, None, [changed]))
         self.store.applied = txn.zxid
         return result
 
@@ -159,15 +168,18 @@ class KVMachine:
         self._zk_results.add(zxid, result)
         return result
 
-    def _config_from(self, zxid: int, payload: bytes) -> None:
-        """ZooKeeper's ``/zookeeper/config`` after the change at ``zxid``."""
+    def _config_from(self, zxid: int, payload: bytes) -> bool:
+        """ZooKeeper's ``/zookeeper/config`` after the change at ``zxid``
+        (False: the tree holds it already)."""
         m = decode_membership(payload)
-        if m is not None and zxid > self.zk.applied:  # not again in a replay over a snapshot that holds it
-            try:
-                specs = decode_specs(m.extra)
-            except ValueError:
-                specs = {}
-            self.zk.reconfigured(zookeeper_config_text(m.voters, m.observers, specs, zxid), zxid, self._now())
+        if m is None or zxid <= self.zk.applied:  # not again in a replay over a snapshot that holds it
+            return False
+        try:
+            specs = decode_specs(m.extra)
+        except ValueError:
+            specs = {}
+        self.zk.reconfigured(zookeeper_config_text(m.voters, m.observers, specs, zxid), zxid, self._now())
+        return True
 
     def _now(self) -> int:
         return 0 if self.wall_ms is None else self.wall_ms()
