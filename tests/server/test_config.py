@@ -54,6 +54,31 @@ BAD = {
         GOOD.replace("id = 1", 'id = 1\nzk_4lw_whitelist = "mntr, dump"'),
         ["zk_4lw_whitelist", "mntr, dump", "'dump' is a ZooKeeper word zabd does not answer"],
     ),
+    "one port as quorum and election port": (
+        GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:7202:7202:participant"'),
+        ["peers.2", "127.0.0.1:7202:7202:participant", "the quorum and election ports are the same"],
+    ),
+    "an election port taken": (
+        GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:7202:7201"'),
+        ["peers.2", "duplicate address 127.0.0.1:7201", "node 1"],
+    ),
+    "a bad role": (GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:7202:7302:voter"'), ["peers.2", "'voter'"]),
+    "a bad client address": (
+        GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:7202:7302;h:x"'), ["peers.2", "client port 'x'"],
+    ),
+    "a bare spec with a client address": (
+        GOOD.replace('"127.0.0.1:7202"', '"127.0.0.1:7202;2181"'), ["peers.2", "expected host:port or"],
+    ),
+    "own client address not the zookeeper port": (
+        GOOD.replace('"127.0.0.1:7201"', '"127.0.0.1:7201:7301;127.0.0.1:2181"')
+        .replace("id = 1", 'id = 1\nzookeeper = "127.0.0.1:2182"'),
+        ["'zookeeper' = '127.0.0.1:2182'", "peers.1", "127.0.0.1:2181"],
+    ),
+    "observer and participant at once": (
+        GOOD.replace('"127.0.0.1:7203"', '"127.0.0.1:7203:7303:participant"')
+        .replace("id = 1", "id = 1\nobservers = [3]"),
+        ["observers", "peers.3", "participant"],
+    ),
     "silence below two pings": (
         GOOD.replace("id = 1", "id = 1\npeer_ping_ms = 500\npeer_silence_ms = 600"),
         ["peer_silence_ms", "600", "twice", "500"],
@@ -76,6 +101,27 @@ def test_bad_config_one_line(tmp_path: Path, name: str) -> None:
     assert "\n" not in message
     for needle in needles:
         assert needle in message, message
+
+
+def test_zookeeper_server_specs(tmp_path: Path) -> None:
+    """ZooKeeper's spec form beside the bare one: the quorum port is dialed, the election
+    port listened on too, the role counts, and this node's client address is its ZooKeeper
+    port (from the spec when 'zookeeper' is empty, as ZooKeeper takes clientPort)."""
+    path = tmp_path / "spec.toml"
+    path.write_text('id = 1\nclient = "127.0.0.1:7101"\n[peers]\n1 = "127.0.0.1:7201:7301;2181"\n'
+                    '2 = "127.0.0.1:7202"\n3 = "[::1]:7203:7303:observer;[::1]:2183"\n')
+    cfg = load_config(path, {})
+    assert cfg.quorum_addresses == {1: "127.0.0.1:7201", 2: "127.0.0.1:7202", 3: "[::1]:7203"}
+    assert cfg.election_addr == ("127.0.0.1", 7301) and cfg.observer_ids == {3}
+    assert cfg.zookeeper_listen == "0.0.0.0:2181" and cfg.zookeeper_addr == ("0.0.0.0", 2181)
+    # a wildcard 'zookeeper' agrees with any host on the same port; a spec without one takes 'zookeeper'
+    both = load_config(path, {"ZABD_ZOOKEEPER": "0.0.0.0:2181"})
+    assert both.zookeeper_listen == "0.0.0.0:2181"
+    env = {"ZABD_ID": "2", "ZABD_ZOOKEEPER": "127.0.0.1:2182"}
+    assert load_config(path, env).zookeeper_listen == "127.0.0.1:2182" and load_config(path, env).election_addr is None
+    environ = {"ZABD_ID": "1", "ZABD_CLIENT": "127.0.0.1:7101",
+               "ZABD_PEERS": "1=h1:2888:3888:participant;2181,2=h2:2888:3888;h2:2181"}
+    assert load_config(None, environ).peer_spec(2).client_addr == "h2:2181"
 
 
 def test_serve_exits_2_with_one_line(tmp_path: Path) -> None:

@@ -4,11 +4,13 @@ the server runs on)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import uvloop
 
-from zabd.client.spawn import free_ports
+from zabd.client.client import Client
+from zabd.client.spawn import LocalCluster, free_ports
 from zabd.codec import peer as wire
 from zabd.server.config import ServerConfig
 from zabd.server.replica import Replica
@@ -65,3 +67,38 @@ def test_a_dial_given_up_after_its_link_came_up_leaves_no_dead_link(tmp_path: Pa
     # a dial given up at once never came up, one given up after 40 turns of the loop had: the
     # steps in between crossed the moment connection_made ran
     assert 0 < up < STEPS
+
+
+def test_peers_that_dial_the_election_ports_form_the_ensemble(tmp_path: Path) -> None:
+    """A ZooKeeper spec's election port takes the same peer links as the
+    quorum port: with nodes 1 and 2 told the others' ports the other way
+    round, every link is dialed to an election port, and the ensemble still
+    elects, links fully and commits."""
+    cluster = LocalCluster(3, base_dir=tmp_path, storage="memory")
+    cluster.write_configs()
+    for i in (1, 2):  # the lower id dials: 1 dials 2 and 3, 2 dials 3
+        path = cluster.config_path(i)
+        text = path.read_text()
+        for j in range(i + 1, 4):
+            q, e = cluster.peer_ports[j], cluster.election_ports[j]
+            text = text.replace(f"127.0.0.1:{q}:{e}:", f"127.0.0.1:{e}:{q}:")
+        path.write_text(text)
+    try:
+        for i in (1, 2, 3):
+            cluster.start_node(i)
+
+        async def check() -> None:
+            await cluster.wait_leader(timeout=30)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                sts = await cluster.statuses()
+                if all(st and len(st["peers_connected"]) == 2 for st in sts.values()):
+                    break
+                await asyncio.sleep(0.05)
+            assert all(st and len(st["peers_connected"]) == 2 for st in sts.values()), sts
+            async with await Client.connect(cluster.servers, timeout=5) as c:
+                assert (await c.put("k", b"v", retry_for=20)).zxid > 0
+
+        asyncio.run(check())
+    finally:
+        cluster.stop()
