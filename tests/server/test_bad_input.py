@@ -77,17 +77,19 @@ async def cluster(cluster_factory: Factory) -> LocalCluster:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("port_kind", ["peer", "client"])
+@pytest.mark.parametrize("port_kind", ["peer", "election", "client"])
 async def test_bad_bytes_close_the_connection(cluster: LocalCluster, case: str, port_kind: str) -> None:
     data, half_close, expect = CASES[case]
-    port = cluster.peer_ports[2] if port_kind == "peer" else cluster.client_ports[2]
+    # the election port of a ZooKeeper spec takes peer links: it refuses what the peer port refuses
+    ports = {"peer": cluster.peer_ports, "election": cluster.election_ports, "client": cluster.client_ports}
+    port = ports[port_kind][2]
     await _expect_closed(port, data, half_close)
     log = await wait_log(cluster, 2, expect)
     assert expect in log, log[-2000:]
     # a peer's bad frame is this cluster's fault; a client's is the client's own, and
     # logged at most once a while per address (a client can send them on purpose)
     line = next(line for line in log.splitlines() if expect in line)
-    assert ('"level": "error"' if port_kind == "peer" else '"level": "warning"') in line, line
+    assert ('"level": "warning"' if port_kind == "client" else '"level": "error"') in line, line
     await _serves(cluster, 2)
 
 
