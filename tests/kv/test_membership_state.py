@@ -7,8 +7,11 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from zabd.codec.members import encode_addresses
 from zabd.kv.kvmachine import SNAP_MAGIC, KVMachine
 from zabd.kv.machine import NullMachine, membership_at
+from zabd.kv.zk.events import EventType
+from zabd.kv.zk.tree import CONFIG_PATH, Applied
 from zabd.protocol.membership import Membership, encode
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
@@ -85,3 +88,29 @@ class _Quiet:
 
     def warning(self, *args: object, **kw: object) -> None:
         pass
+
+
+def test_the_config_node_carries_each_servers_mtime_outside_digest_and_snapshot() -> None:
+    """``/zookeeper/config``'s mtime is the server's clock when it set the node (as
+    ZooKeeper's): replicas that applied the same change differ there only, and still
+    have one digest and snapshots of the same bytes; a restore stamps its own time;
+    the change fires the node's data watches."""
+    static = b"server.1=h:1:2:participant;0.0.0.0:3\nversion=0"
+    specs = encode_addresses({1: "h:1:2;3", 2: "g:4:5:observer;g:6"})
+    payload = encode(Membership(frozenset({1}), frozenset({2}), specs))
+    heard: list[tuple[int, Applied]] = []
+    machines = [KVMachine(zk_config=static, wall_ms=lambda t=t: t) for t in (1000, 2000)]
+    machines[0].zk_applied = lambda zxid, applied: heard.append((zxid, applied))
+    for m in machines:
+        assert m.zk.nodes[CONFIG_PATH].mtime in (1000, 2000)
+        m.apply(Txn(7, payload))
+    a, b = machines
+    assert a.zk.nodes[CONFIG_PATH].data == b.zk.nodes[CONFIG_PATH].data == (
+        b"server.1=h:1:2:participant;0.0.0.0:3\nserver.2=g:4:5:observer;g:6\nversion=7")
+    assert (a.zk.nodes[CONFIG_PATH].mtime, b.zk.nodes[CONFIG_PATH].mtime) == (1000, 2000)
+    assert a.zk.stat(CONFIG_PATH).mzxid == 7 and a.zk.digest == b.zk.digest and a.snapshot() == b.snapshot()
+    assert [(z, x.triggers[0][:2]) for z, x in heard] == [(7, (EventType.NODE_DATA_CHANGED, CONFIG_PATH))]
+    restored = KVMachine(zk_config=static, wall_ms=lambda: 3000)
+    restored.restore(a.snapshot())
+    assert restored.zk.nodes[CONFIG_PATH].mtime == 3000 and restored.zk.digest == a.zk.digest
+    assert restored.zk.nodes[CONFIG_PATH].data == a.zk.nodes[CONFIG_PATH].data

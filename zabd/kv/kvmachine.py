@@ -214,8 +214,7 @@ class KVMachine:
             self.store.restore(data)
         if self.membership_changes:
             self._config_from(*self.membership_changes[-1])
-            # the snapshot holds its writer's time (unless a superuser's setData made the node since)
-            self.zk.stamp_config(self.membership_changes[-1][0], self._now())
+            self.zk.stamp_config(self._now())  # the snapshot holds 0 for it
         elif self.zk_config:
             self.zk.set_config(self.zk_config, 0, self._now())
         self.leader = KVLeader(self.store)

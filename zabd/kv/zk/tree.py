@@ -262,7 +262,8 @@ class DataTree:
         (and digests) agree. Stat as ZooKeeper's for a static ensemble
         (version -1, aversion -1); ``mtime`` is this server's (ZooKeeper's:
         its start time, or when it applied the reconfig), which the digest
-        leaves out (``_node_hash``). A membership change sets it through the
+        (``_node_hash``) and snapshots (``encode_view``) leave out, so that
+        replicas still agree on both. A membership change sets it through the
         log (``zxid``: the change's). Its children stay (a superuser may
         create some): a node that lost them would leave them orphans, and the
         tree's snapshot unrestorable."""
@@ -270,11 +271,13 @@ class DataTree:
         old = self.nodes[path]
         self._put(path, ZNode.make(data, old.acl, 0, zxid, 0, 0, mtime, -1, 0, -1, 0, old.children))
 
-    def stamp_config(self, zxid: int, mtime: int) -> None:
-        """``/zookeeper/config`` as it is, with this server's ``mtime``, if
-        the membership change at ``zxid`` made it (not a client's setData)."""
+    def stamp_config(self, mtime: int) -> None:
+        """``/zookeeper/config`` as it is, with this server's ``mtime`` (a
+        snapshot holds 0, ``encode_view``), if this server's configuration or
+        a membership change set it (version -1), not a superuser's setData
+        (whose mtime is the txn's, replicated; its version never returns to -1)."""
         node = self.nodes.get(CONFIG_PATH)
-        if node is not None and node.mzxid == zxid:
+        if node is not None and node.version == -1:
             _, mz, pz, _, _, ver, cv, av, _ = node.header()
             self._put(CONFIG_PATH, node.with_header(mz, pz, mtime, ver, cv, av, node.children))
 
@@ -645,12 +648,19 @@ class DataTree:
         for v in (_SNAP_FORMAT, applied, digest):
             out.write(packer.pack(v))
         out.write(packer.pack_array_header(len(nodes)))
+        # /zookeeper/config's mtime is the writing server's own (``stamp_config``): written as 0,
+        # so that replicas' snapshots of one zxid are the same bytes (the audit compares them)
+        config = nodes.get(CONFIG_PATH)
         for path, n in nodes.items():
             a = acl_ids.get(n.acl)
             if a is None:
                 a = acl_ids[n.acl] = len(acl_ids)
+            blob = n.blob
+            if n is config and n.version == -1:
+                cz, mz, pz, ct, _, ver, cv, av, owner = n.header()
+                blob = HEADER.pack(cz, mz, pz, ct, 0, ver, cv, av, owner) + blob[HEADER_SIZE:]
             # a fourth field marks null data (older snapshots have none)
-            out.write(packer.pack([path, n.blob, a, 1] if type(n) is NullDataZNode else [path, n.blob, a]))
+            out.write(packer.pack([path, blob, a, 1] if type(n) is NullDataZNode else [path, blob, a]))
         out.write(packer.pack([acls_wire(acl) for acl in acl_ids]))
         out.write(packer.pack([[sid, s.timeout_ms, s.password_digest] for sid, s in sessions.items()]))
         out.write(packer.pack(len(nodes)))
