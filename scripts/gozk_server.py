@@ -18,9 +18,10 @@ there, as with ``zkServer.sh``'s own ``exec java``). ``GOZK_TARGET`` chooses:
   =========================== ==============================================
   ``dataDir``/``myid``         ``id``; ``data_dir`` = ``<dataDir>/zabd``
   ``clientPort``               ``zookeeper`` (127.0.0.1, the harness's host)
-  ``server.N=h:quorum:elect``  ``peers`` N = ``h:quorum`` (ZooKeeper's quorum
-                               port); this node's election port, free on a
-                               zabd node, is its zabd ``client`` port
+  ``server.N=h:quorum:elect``  ``peers`` N = the same spec (zabd listens on
+                               both ports, so ``/zookeeper/config`` reads as
+                               ZooKeeper's); zabd's own ``client`` port is a
+                               free one
   no ``server.N`` (standalone) ``peers`` = this node on a free port (a
                                ZooKeeper standalone server listens on no
                                quorum port either), ``client`` a free port
@@ -102,8 +103,8 @@ def zabd_toml(cfg: dict[str, str], jvmflags: str) -> str:
     if servers:
         if myid not in servers:
             raise UsageError(f"myid {myid} is not among the server.N lines of the config")
-        peers = {n: f"{h}:{q}" for n, (h, q, _e) in sorted(servers.items())}
-        client_port = servers[myid][2]
+        peers = {n: f"{h}:{q}:{e}" for n, (h, q, e) in sorted(servers.items())}
+        client_port = free_port()
     else:
         peers = {myid: f"127.0.0.1:{free_port()}"}
         client_port = free_port()

@@ -50,9 +50,9 @@ def test_the_harness_zoo_cfg_becomes_a_zabd_config_zabd_accepts(tmp_path: Path) 
     config = load_config(toml, environ={})
     assert config.id == 2
     assert config.zookeeper == "127.0.0.1:12003"
-    # each server's quorum port is its peer port; its election port, unused by zabd, its zabd client port
-    assert config.peers == {1: "127.0.0.1:12001", 2: "127.0.0.1:12004", 3: "127.0.0.1:12007"}
-    assert config.client == "127.0.0.1:12005"
+    # each server's spec as ZooKeeper's (zabd listens on both its ports); zabd's own client port apart
+    assert config.peers == {1: "127.0.0.1:12001:12002", 2: "127.0.0.1:12004:12005", 3: "127.0.0.1:12007:12008"}
+    assert config.client.startswith("127.0.0.1:") and config.client not in ("127.0.0.1:12004", "127.0.0.1:12005")
     assert config.zk_tick_ms == 500
     assert config.zk_super_digest == "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
     assert config.data_dir == str(tmp_path / "srv2" / "zabd")
