@@ -160,6 +160,7 @@ class Node:
         "last_heard",
         "last_heartbeat",
         "needs_sync",
+        "guests",
         # timer
         "election_deadline",
         "_deadline_from",
@@ -210,6 +211,8 @@ class Node:
         # the change that set the membership in effect (0: the initial one, or
         # one that had left memory before a restart)
         self.membership_zxid = 0
+        # leader, Options.keep_removed: the removed members it still sends to (never counted)
+        self.guests: set[int] = set()
         self._set_membership(membership)
         self.seed = seed
         self.current_epoch = 0
@@ -272,6 +275,9 @@ class Node:
         self.last_heard: dict[int, int] = {}
         self.last_heartbeat = 0
         self.needs_sync: set[int] = set()
+        if self.guests:  # only the leader that removed them keeps them
+            self.guests.clear()
+            self._set_peers()
         if self._window:
             self.syncing.clear()
         if self.barriers:
@@ -570,7 +576,7 @@ class Node:
         if self.observing:
             return  # who leads is the voters' answer to give
         if v not in self.voter_ids:
-            if v in self.membership.observers:
+            if v in self.membership.observers or v in self.guests:
                 self._take_in(v, t)
             return
         if self.role == LOOKING:
@@ -592,8 +598,8 @@ class Node:
         self._take_in(v, t)
 
     def _take_in(self, v: int, t: int) -> None:
-        """A leader brings a late joiner (a voter, or an observer, which it
-        counts in no quorum) into its epoch."""
+        """A leader brings a late joiner (a voter, or an observer or a guest,
+        which it counts in no quorum) into its epoch."""
         if self.role != LEADING:
             return
         if self.discovered:
@@ -813,7 +819,8 @@ class Node:
             before = self.membership
             self._appended_change(txn, t)
             for f in sorted(before.members - self.membership.members - {self.id}):
-                self._send(f, Propose(txn))  # a removed member learns it was removed
+                if f not in self.guests:  # a guest is a peer: the broadcast reaches it
+                    self._send(f, Propose(txn))  # a removed member learns it was removed
         self._try_commit(z, t)
         return z
 
@@ -1131,10 +1138,14 @@ class Node:
         # a node that does not vote (an observer, or not a member) only ever
         # asks who leads, and follows whoever answers
         self.observing = not self.voting
-        self.peers: tuple[int, ...] = tuple(sorted(m.members - {self.id}))
+        self._set_peers()
         # the peers whose acknowledgements count
         self.voters: tuple[int, ...] = tuple(sorted(m.voters - {self.id}))
         self.quorum = m.quorum
+
+    def _set_peers(self) -> None:
+        """Who a broadcast reaches: the other members, and a leader's guests."""
+        self.peers: tuple[int, ...] = tuple(sorted((self.membership.members | self.guests) - {self.id}))
 
     def _membership_at(self, z: int) -> tuple[int, Membership]:
         """The membership in effect at ``z``, and the zxid of its change."""
@@ -1166,21 +1177,29 @@ class Node:
 
     def _leader_membership(self, old: Membership, t: int) -> None:
         """Quorums are counted in the new membership from now on; a new member
-        is brought up to date, a removed one forgotten."""
+        is brought up to date, a removed one forgotten, or kept as a guest
+        (Options.keep_removed): it goes on following, counted nowhere."""
         voter_ids = self.voter_ids
         for acks in self.ack_set.values():
             acks &= voter_ids
         self.epoch_acks &= voter_ids
         self.leader_acks &= voter_ids
+        keep = self.options.keep_removed
         for f in old.members - self.membership.members:
             self.last_heard.pop(f, None)
+            if keep and f != self.id:
+                self.guests.add(f)  # its sync in flight, or the one due, still goes
+                continue
             self.syncing.pop(f, None)
             self.needs_sync.discard(f)
         for f in self.membership.members - old.members - {self.id}:
+            self.guests.discard(f)  # a member again; resynced all the same (cheap if it holds everything)
             self.last_heard[f] = t
             # synced at the next heartbeat, not in this handler: a commit made
             # here may let the driver purge the log a plan made now reads from
             self.needs_sync.add(f)
+        if keep:
+            self._set_peers()
         # fewer voters may make a quorum of what was proposed already
         for z in reversed(self.ack_set):
             if len(self.ack_set[z]) >= self.quorum:

@@ -43,6 +43,14 @@ class Options:
     # one Ack for its last txn: one message and one core event per batch
     # instead of per txn, the same txns in the same order on the same FIFO link.
     batch_proposals: bool = False
+    # A leader keeps the nodes its membership changes remove as guests, as
+    # ZooKeeper keeps a removed server following as a non-voting learner:
+    # they get what observers get (proposals, commits, heartbeats, syncs),
+    # count in no quorum, are taken back in on their LookForLeader, and are
+    # members again once a change adds them back. Only this leader remembers
+    # them: a new leader (or this one restarted) knows no guests, and a
+    # removed node then looks for a leader that never answers, as in the spec.
+    keep_removed: bool = False
     window: int = 10_000
     diff_limit: int = 100_000
     sync_retry: int = 500
@@ -55,12 +63,12 @@ class Options:
 CANONICAL = Options()
 # What the simulator runs as ``--variant server``: the server's rules with a
 # tiny window, so that syncs read from disk, cut and snapshot all the time.
-SERVER = Options(vote_on_follow=True, windowed=True, cumulative_acks=True, batch_proposals=True, window=8,
-                 diff_limit=24, sync_retry=300)
+SERVER = Options(vote_on_follow=True, windowed=True, cumulative_acks=True, batch_proposals=True, keep_removed=True,
+                 window=8, diff_limit=24, sync_retry=300)
 VARIANTS = {"canonical": CANONICAL, "server": SERVER}
 
 
 def for_server(window: int, diff_limit: int, sync_retry: int) -> Options:
     """The server's variant with its configured window and limits."""
-    return Options(vote_on_follow=True, windowed=True, cumulative_acks=True, batch_proposals=True, window=window,
-                   diff_limit=diff_limit, sync_retry=sync_retry)
+    return Options(vote_on_follow=True, windowed=True, cumulative_acks=True, batch_proposals=True, keep_removed=True,
+                   window=window, diff_limit=diff_limit, sync_retry=sync_retry)
