@@ -100,6 +100,21 @@ def test_an_acceptor_tells_its_dialers_every_membership_change() -> None:
     assert wire.decode_frame(body(told)) == wire.Members(tuple(sorted(back.items())))
 
 
+def test_a_leaders_guest_may_link_and_a_stranger_may_not() -> None:
+    """A removed node the leader keeps as a guest (Options.keep_removed) may
+    dial it anew; any other node outside the membership is still refused."""
+    guests = {1}
+    for peer, admitted in ((1, True), (2, False)):
+        s = PeerSession(3, frozenset({3, 4, 5}), None, 1 << 20, now=0.0)
+        s.guest = guests.__contains__
+        hello = frame((wire.TAG_HELLO, wire.WIRE_VERSION, peer))
+        if admitted:
+            assert s.feed(hello, 0.0) == [HandshakeDone(peer)]
+        else:
+            with pytest.raises(MembershipRefused, match=f"node {peer}: not a member"):
+                s.feed(hello, 0.0)
+
+
 def test_nodes_that_disagree_on_the_observers_do_not_link() -> None:
     """Two nodes with different observer lists would count different quorums:
     the Hello carries the dialer's list and the acceptor refuses another one."""

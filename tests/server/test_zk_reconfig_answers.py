@@ -1,10 +1,10 @@
 """ZooKeeper's reconfig answered as ZooKeeper answers it, through kazoo on
 real server processes (issue 37, go-zookeeper's TestIntegration_Reconfig and
 TestIntegration_IncrementalReconfig): a client on the server the change
-removes, and one that asks while a removed leader hands over, hear "ok" or
-see their connection close; never ``ReconfigInProgress`` for a change that
-committed or could still be made. The change is then in effect, and the
-client's next reconfig, on whatever server it reconnected to, succeeds."""
+removes hears "ok" for its removal and for its return, on one connection
+(the removed server follows on as the leader's guest); one that asks while a
+removed leader hands over hears "ok" or sees its connection close, never
+``ReconfigInProgress`` for a change that committed or could still be made."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, KazooException
 
 from tests.kazoo_suite.zabd_cluster import SUPER_DIGEST
@@ -42,6 +42,17 @@ def reconfig(kz: KazooClient, **change: str) -> str:
     return "ok"
 
 
+def new_members(kz: KazooClient, specs: list[str]) -> str:
+    """One reconfig with a whole new list: "ok", "closed" or the error's name."""
+    try:
+        kz.reconfig(joining=None, leaving=None, new_members=",".join(specs))
+    except ConnectionLoss:
+        return "closed"
+    except KazooException as exc:
+        return type(exc).__name__
+    return "ok"
+
+
 def voters_in_config(kz: KazooClient) -> set[int]:
     data, _ = kz.retry(kz.get, CONFIG)
     return {int(line.split("=", 1)[0][7:]) for line in data.decode().splitlines() if line.startswith("server.")}
@@ -60,20 +71,28 @@ def spec_of(kz: KazooClient, node: int) -> str:
     return line
 
 
-def test_a_client_on_the_removed_server_hears_ok_or_sees_its_connection_close(cluster_factory: Factory) -> None:
+def test_a_client_on_the_removed_server_hears_ok_for_both_changes_on_one_connection(
+        cluster_factory: Factory) -> None:
+    """go-zookeeper's TestIntegration_Reconfig: the client's own server is
+    removed and added back with ``new_members``, both on one connection.
+    The removed server follows on as the leader's guest, as ZooKeeper's does:
+    it forwards the second change and answers both."""
     cluster = cluster_factory(3, extra={"zk_tick_ms": 200, "zk_super_digest": SUPER_DIGEST})
     leader = asyncio.run(cluster.wait_leader())
     removed = next(i for i in (1, 2, 3) if i != leader)
     kz = client(cluster, removed)
+    states: list[KazooState] = []
+    kz.add_listener(states.append)
+    session = kz.client_id
     try:
-        spec = spec_of(kz, removed)
-        assert reconfig(kz, leaving=str(removed)) in ("ok", "closed")
-        rest = {1, 2, 3} - {removed}
-        wait_for_config(kz, rest)
-        # the next reconfig, wherever the client is now, is made
-        outcome = reconfig(kz, joining=spec)
-        assert outcome in ("ok", "closed"), outcome
-        wait_for_config(kz, {1, 2, 3})
+        specs = {i: spec_of(kz, i) for i in (1, 2, 3)}
+        rest = sorted({1, 2, 3} - {removed})
+        assert new_members(kz, [specs[i] for i in rest]) == "ok"
+        assert voters_in_config(kz) == set(rest)  # the replicated config, read on the removed server
+        assert new_members(kz, [specs[i] for i in (1, 2, 3)]) == "ok"
+        assert voters_in_config(kz) == {1, 2, 3}
+        # no state change since the start: the client never left its first server, the removed one
+        assert states == [] and kz.client_id == session, f"the connection to server {removed} dropped: {states}"
     finally:
         kz.stop()
         kz.close()

@@ -82,6 +82,8 @@ class PeerSession:
         self.on_output: Callable[[], None] | None = None  # told when output appears
         # with TLS: why the verified certificate may not speak for a node (None: it may)
         self.identity: Callable[[int], str | None] | None = None
+        # whether a node outside the membership is the leader's guest (it may link)
+        self.guest: Callable[[int], bool] | None = None
         if self.dialed:
             hello: tuple[object, ...] = (wire.TAG_HELLO, wire.WIRE_VERSION, own_id)
             if self.observers is None or self.observers:
@@ -122,7 +124,8 @@ class PeerSession:
             raise FrameError(f"peer speaks wire version {got.version}; this node speaks {wire.WIRE_VERSION}")
         if got.node >= self.own_id:
             raise FrameError(f"Hello from node {got.node}: not a lower-id member of this ensemble")
-        if got.node not in self.members:  # not a member (yet, or any more): it may try again
+        guest = self.guest is not None and self.guest(got.node)
+        if got.node not in self.members and not guest:  # not a member (yet, or any more): it may try again
             raise MembershipRefused(f"Hello from node {got.node}: not a member of this ensemble")
         problem = self.identity(got.node) if self.identity is not None else None
         if problem is not None:

@@ -304,7 +304,8 @@ class ProposalPath:
         node = self.node
         self._next_fid += 1
         fid = self._next_fid
-        member = node.id in node.membership.members
+        # a removed node that follows in sync is its leader's guest: it forwards as a member does
+        member = node.id in node.membership.members or node.in_sync
         if node.role == FOLLOWING and member and self.links.send_frame(node.leader, encode(fid)):
             self.forwarded[fid] = reply
         else:
@@ -366,7 +367,8 @@ class ProposalPath:
         self._give_up("server shutting down", schema.SHUTTING_DOWN)
 
     def left_ensemble(self) -> None:
-        """This node is no longer a member: it will hear of no more commits."""
+        """This node is no longer a member and follows no leader: it will hear
+        of no more commits."""
         self._give_up("this server left the ensemble", schema.NO_LEADER)
 
     def _give_up(self, why: str, retry_code: str) -> None:

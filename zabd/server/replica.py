@@ -92,6 +92,7 @@ class Replica:
         )
         self.auth = Authenticator(load_tokens(config.auth_tokens_file) if config.auth_tokens_file else None)
         self.transport = Transport(config, self, self.log, auth_required=self.auth.required)
+        self.transport.guest = lambda peer: peer in self.node.guests
         self.counters = Counters()
         self._recovery_observed(self.recovered)
         self.proposals = ProposalPath(

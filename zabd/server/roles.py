@@ -78,6 +78,10 @@ class RoleTracker:
             self.proposals.leadership_lost()
         if old_role == FOLLOWING and (change.role != FOLLOWING or change.leader != old_leader):
             self.proposals.leader_changed("the leader changed before the commit")
+            if change.role == LOOKING and self.node.id not in self.node.membership.members:
+                # a removed node that followed as a guest lost its leader: no
+                # new leader knows it, so it will hear of no more commits
+                self.proposals.left_ensemble()
 
     def membership_changed(self, change: MembershipChanged) -> None:
         m = change.membership
@@ -90,5 +94,8 @@ class RoleTracker:
         self.log.info("membership changed", membership=m.describe(), zxid=zx.fmt(change.zxid), this_node=member)
         if self.members is not None and addresses:
             self.members(addresses)
-        if member == "none" and self.node.role != LEADING:  # a leader leads on until its removal commits
+        # A leader leads on until its removal commits; a follower follows on as
+        # its leader's guest (Options.keep_removed) and serves its clients, and
+        # leaves when it loses that leader (``changed``).
+        if member == "none" and self.node.role == LOOKING:
             self.proposals.left_ensemble()

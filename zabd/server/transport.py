@@ -81,6 +81,7 @@ class PeerLink(Link):
             cfg.id, frozenset(net.addresses), peer, cfg.max_frame, time.monotonic(), net.hello_observers, net.addresses
         )
         self.session.on_output = lambda: net.mark(self)
+        self.session.guest = net.guest
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -296,6 +297,8 @@ class Transport:
         # quorum addresses of members that peers told of (wire.Members) and the log has not yet
         self.learned: dict[int, str] = {}
         self.peers: dict[int, PeerLink] = {}
+        # whether a removed node follows this leader as a guest: its Hello is taken as a member's
+        self.guest: Callable[[int], bool] | None = None
         # every open peer link, also those whose Hello has not come yet
         self.links: set[PeerLink] = set()
         self.clients: set[ClientLink] = set()
@@ -355,7 +358,8 @@ class Transport:
         dialing removed ones, accept new links from members only, and tell
         the dialers of accepted links the new members. A link that is up
         stays: a removed leader still needs its followers' acks to commit its
-        own removal (the core sends a removed node nothing)."""
+        own removal, and a removed follower goes on as the leader's guest
+        (Options.keep_removed), which may also dial anew (``guest``)."""
         own = self.config.id
         old = self.addresses
         self.addresses = dict(addresses)
