@@ -125,8 +125,8 @@ class ZKSessions:
         machine.zk_applied, machine.zk_restored = self.applied, self.restored
         machine.zk_answered = self.attached  # no Stat, no result kept, for other sessions' setData
         proposals.answers[ZK] = self
-        proposals.answers[ZK_SYNC] = _SyncAnswers(self)
-        proposals.answers[ZK_ATTACH] = _AttachAnswers(self)
+        proposals.answers[ZK_SYNC] = _Answers(self.synced, self.sync_failed)
+        proposals.answers[ZK_ATTACH] = _Answers(self.reattached, self.reattach_failed)
 
     # ------------------------------------------------------------ connecting
 
@@ -544,23 +544,9 @@ def _ids(conn: ZKConn) -> list[acls.Id]:
     return conn.auth
 
 
-class _SyncAnswers:
-    def __init__(self, sessions: ZKSessions) -> None:
-        self.sessions = sessions
+class _Answers:
+    """One kind of request's answers (``zabd.server.proposals.Answerer``), by two of the session layer's methods."""
 
-    def ok(self, reply: LocalReply, zxid: int) -> bytes:
-        return self.sessions.synced(reply, zxid)
-
-    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
-        return self.sessions.sync_failed(reply, code, message)
-
-
-class _AttachAnswers:
-    def __init__(self, sessions: ZKSessions) -> None:
-        self.sessions = sessions
-
-    def ok(self, reply: LocalReply, zxid: int) -> bytes:
-        return self.sessions.reattached(reply, zxid)
-
-    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
-        return self.sessions.reattach_failed(reply, code, message)
+    def __init__(self, ok: Callable[[LocalReply, int], bytes], fail: Callable[[LocalReply, str, str], bytes]) -> None:
+        self.ok = ok
+        self.fail = fail

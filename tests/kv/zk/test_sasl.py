@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from puresasl.client import SASLClient
 
+from tests.kazoo_suite.zabd_cluster import JAAS_DIGEST as HARNESS_JAAS
 from zabd.kv.zk.acl import ACL, ALL, READ, SUPER, Id, allowed, fixup
 from zabd.kv.zk.errors import ZKError
 from zabd.kv.zk.jaas import JaasError, load_users, parse, users_of
@@ -209,12 +210,7 @@ def test_nothing_after_the_exchange_completed() -> None:
 
 # ------------------------------------------------------------------ JAAS
 
-HARNESS_JAAS = """
-Server {
-    org.apache.zookeeper.server.auth.DigestLoginModule required
-    user_super="super_secret"
-    user_jaasuser="jaas_password";
-};"""
+
 
 
 def test_kazoos_harness_file() -> None:
