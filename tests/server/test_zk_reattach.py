@@ -90,7 +90,7 @@ def leader_txns(password: bytes, close: bool) -> list[Txn]:
 
 
 def answers(s: ClientSession) -> list[dict[str, Any]]:
-    return [msgpack.unpackb(f[4:]) for f in s.take_output()]
+    return [msgpack.unpackb(f[4:]) for f in s.take_output() if f]  # b"": a slot that says nothing
 
 
 def test_a_follower_that_has_not_applied_the_session_asks_the_leader_and_attaches() -> None:
@@ -141,23 +141,59 @@ def test_a_wrong_password_is_refused_after_the_same_check() -> None:
 
 
 def test_without_a_leader_the_connection_closes_unanswered() -> None:
-    """The leader died before it confirmed anything: nothing is known, and
-    on ZooKeeper's port the client sees the connection close (jute's refusal
-    for anything but an expiry is no bytes at all)."""
-    machine, path, sessions, links = follower()
+    """The leader died before it confirmed anything: nothing is known. The
+    connect waits for the next leader (a member finds it in tens of ms) as
+    long as a first hold would have; then, on ZooKeeper's port, the client
+    sees the connection close (jute's refusal for anything but an expiry is
+    no bytes at all)."""
+    machine, path, _, links = follower()
+    state = {"serving": True, "now": NOW}
+    sessions = ZKSessions(machine, path, 2, 200, None, lambda: state["now"], structlog.get_logger(),
+                          serving=lambda: state["serving"], electing=lambda: not state["serving"])
     password = os.urandom(16)
     (create,) = leader_txns(password, close=False)
     machine.apply(create)  # even a replica that holds the session does not answer alone
     s = ClientSession(1 << 20)
     assert sessions.connect(s, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
+    state["serving"] = False
     path.leader_changed("lost the connection to the leader")
+    assert answers(s) == [] and s in sessions.waiting  # held again for the next leader
+    state["now"] += HOLD_MS
+    sessions.serve_waiting()
     (got,) = answers(s)
     assert got["ok"] is False and got["err"] == Code.CONNECTION_LOSS and s.hangup
-    links.up = False  # a leader that cannot be reached: refused at once, the same way
+    links.up = False  # a leader that cannot be reached, and the time up: refused the same way
     s2 = ClientSession(1 << 20)
+    state["serving"] = True
     assert sessions.connect(s2, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
+    state["serving"] = False
+    state["now"] += HOLD_MS
+    sessions.serve_waiting()
     (got,) = answers(s2)
     assert got["err"] == Code.CONNECTION_LOSS and s2.hangup and SID not in sessions.attached
+
+
+def test_a_re_attach_whose_leader_went_away_is_asked_again_of_the_next() -> None:
+    """go-zookeeper's TestIntegration_IncrementalReconfig, once in 48 runs:
+    a follower that had not yet noticed its leader stepped down forwarded the
+    re-attach to it and was refused; closing then left the client no server
+    to go to. It is held and asked again of the next leader."""
+    machine, path, _, links = follower()
+    state = {"serving": True, "now": NOW}
+    sessions = ZKSessions(machine, path, 2, 200, None, lambda: state["now"], structlog.get_logger(),
+                          serving=lambda: state["serving"], electing=lambda: not state["serving"])
+    password = os.urandom(16)
+    (create,) = leader_txns(password, close=False)
+    machine.apply(create)
+    s = ClientSession(1 << 20)
+    assert sessions.connect(s, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
+    path.on_forward_err(wire.ForwardErr(1, "no_leader", "this node no longer leads; retry"))
+    assert answers(s) == [] and not s.hangup
+    sessions.serve_waiting()  # a leader again (still node 3 here): asked anew
+    assert [wire.decode_frame(f) for f in links.sent] == [wire.SyncReq(1), wire.SyncReq(2)]
+    path.on_forward_ok(wire.ForwardOk(2, create.zxid))
+    (got,) = answers(s)
+    assert got["ok"] is True and got["session"] == SID
 
 
 def test_a_member_between_leaders_holds_a_connect_until_it_serves_or_its_time_is_up() -> None:

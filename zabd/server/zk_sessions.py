@@ -121,7 +121,9 @@ class ZKSessions:
         self.on_closed: Callable[[int], None] | None = None
         self.reconfig = ZKReconfig(machine, proposals)
         self._sync_paths: dict[tuple[int, int], str] = {}
-        self._attaching: dict[tuple[int, int], tuple[int, bytes]] = {}  # (connection, rid) -> (session, password)
+        # connects being decided (a CreateSession proposed, a re-attach asked of the leader): connection ->
+        # (held until, the connect's arguments), so that one the leader change failed waits and is tried again
+        self.deciding: dict[ClientSession, tuple[int, tuple[Any, ...]]] = {}
         machine.zk_applied, machine.zk_restored = self.applied, self.restored
         machine.zk_answered = self.attached  # no Stat, no result kept, for other sessions' setData
         proposals.answers[ZK] = self
@@ -133,6 +135,12 @@ class ZKSessions:
     def connect(self, io: ClientSession, wire: ZKWire, rid: int, session: int, password: bytes,
                 timeout_ms: int, last_zxid: int, addr: str, read_only: bool = False) -> bool:
         """A client's connect request; False: close the connection after the answer."""
+        args = (wire, rid, session, password, timeout_ms, last_zxid, addr, read_only)
+        return self._connect(io, args, self.now_ms() + min(HOLD_MS, timeout_ms // 3))
+
+    def _connect(self, io: ClientSession, args: tuple[Any, ...], until: int) -> bool:
+        """A connect, first or again; ``until``: how long it may be held without a leader."""
+        wire, rid, session, password, timeout_ms, last_zxid, addr, read_only = args
         tree = self.machine.zk
         if io in self.conns:
             io.answer(wire.refused(rid, Code.BAD_ARGUMENTS, "this connection already has a session"))
@@ -146,9 +154,8 @@ class ZKSessions:
         if not self.serving():
             if read_only and self.read_only_mode:
                 return self._connect_read_only(conn, rid, session, password, timeout_ms)
-            if self.electing():
-                until = self.now_ms() + min(HOLD_MS, timeout_ms // 3)
-                self.waiting[io] = (until, (wire, rid, session, password, timeout_ms, last_zxid, addr, read_only))
+            if self.electing() and self.now_ms() < until:
+                self.waiting[io] = (until, args)
                 return True
             # as ZooKeeper: a server without a quorum takes no session (the
             # client goes on to another server, its requests still queued)
@@ -163,6 +170,7 @@ class ZKSessions:
             conn.timeout_ms = negotiate_timeout(timeout_ms, self.tick_ms)
             conn.password = os.urandom(16)
             create = CreateSession(sid, conn.timeout_ms, password_digest(conn.password))
+            self.deciding[io] = (until, args)
             self.proposals.submit(io, rid, wire_write(sid, (), create))
             return True
         # Decided with the leader's knowledge, never this replica's alone: it
@@ -171,13 +179,14 @@ class ZKSessions:
         # a quorum, is applied here first (ZK_ATTACH); without a leader the
         # connection closes unanswered, as ZooKeeper's does.
         self.conns[io] = conn
-        self._attaching[(id(io), rid)] = (session, password)
+        self.deciding[io] = (until, args)
         self.proposals.sync(io, rid, ZK_ATTACH)
         return True
 
     def reattached(self, reply: LocalReply, zxid: int) -> bytes:
         """A re-attach, once this replica applied the leader's commit point as of its request."""
-        session, password = self._attaching.pop((id(reply.session), reply.rid), (0, b""))
+        _, args = self.deciding.pop(reply.session, (0, (None, 0, 0, b"")))
+        session, password = args[2], args[3]
         conn = self.conns.get(reply.session)
         if conn is None or not session:
             return b""
@@ -193,12 +202,24 @@ class ZKSessions:
 
     def reattach_failed(self, reply: LocalReply, code: str, message: str) -> bytes:
         """No leader confirmed a commit point: nothing is known, nothing is said."""
-        self._attaching.pop((id(reply.session), reply.rid), None)
         conn = self.conns.pop(reply.session, None)
         if conn is None:
+            self.deciding.pop(reply.session, None)
+            return b""
+        if self._hold_again(conn.io):
             return b""
         conn.io.hang_up()
         return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
+
+    def _hold_again(self, io: ClientSession) -> bool:
+        """A connect whose leader went away before it was decided, nothing
+        written: held again (a member finds its next leader in tens of ms) and
+        tried anew, within the time the first hold had. False: give up."""
+        until, args = self.deciding.pop(io, (0, ()))
+        if not args or io.closed or self.now_ms() >= until or not (self.serving() or self.electing()):
+            return False
+        self.waiting[io] = (until, args)
+        return True
 
     def serve_waiting(self) -> None:
         """Connects held while electing: taken up once this server serves,
@@ -217,7 +238,7 @@ class ZKSessions:
             if not serving:
                 io.answer(wire.refused(rid, Code.CONNECTION_LOSS, "this server has no quorum now: try another"))
                 io.hang_up()
-            elif not self.connect(io, *args):
+            elif not self._connect(io, args, until):
                 io.hang_up()
 
     def _connect_read_only(self, conn: ZKConn, rid: int, session: int, password: bytes, timeout_ms: int) -> bool:
@@ -281,6 +302,7 @@ class ZKSessions:
     def closed(self, io: ClientSession) -> None:
         """The connection is gone; its session lives on until it expires."""
         self.waiting.pop(io, None)
+        self.deciding.pop(io, None)
         conn = self.conns.pop(io, None)
         if conn is not None:
             self.watches.drop(conn)
@@ -499,6 +521,7 @@ class ZKSessions:
             self._hang_up(conn)
             return b""
         if isinstance(result, SessionResult) and conn.session == result.session_id and not conn.closing:
+            self.deciding.pop(conn.io, None)
             session = self.machine.zk.sessions.get(result.session_id)
             if session is None:
                 return wire_.refused(reply.rid, Code.SESSION_EXPIRED, "the session ended as it was created")
@@ -515,6 +538,9 @@ class ZKSessions:
             return b""
         if conn.session not in self.attached:  # a connect whose CreateSession failed
             self.conns.pop(conn.io, None)
+            if code == schema.NO_LEADER and self._hold_again(conn.io):  # certainly not proposed: ask again
+                return b""
+            self.deciding.pop(conn.io, None)
             conn.io.hang_up()
             return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
         # the write's fate is unknown (no leader, a leader change): ZooKeeper
