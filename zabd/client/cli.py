@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import sys
@@ -256,13 +255,9 @@ def log_main(argv: list[str]) -> int:
     from zabd.kv import txnfmt  # the one decoder of committed payloads (KV, ZooKeeper, raw)
 
     if argv and argv[0] in ("dump", "verify"):
-        try:
-            tools = importlib.import_module("zabd.storage.tools")
-            dump_main, verify_main = tools.dump_main, tools.verify_main
-            replay_log = importlib.import_module("zabd.kv.replay").replay_log
-        except (ImportError, AttributeError) as exc:
-            print(f"zabd log {argv[0]}: not available ({exc})", file=sys.stderr)
-            return 2
+        from zabd.kv.replay import replay_log
+        from zabd.storage.tools import dump_main, verify_main
+
         # the storage layer reads the files; what the payloads mean is told to it from here
         if argv[0] == "dump":
             result: int = dump_main(argv[1:], describe=txnfmt.txn_text)
