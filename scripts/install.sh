@@ -8,7 +8,7 @@
 # (allocation, dicts, tuples), and how CPython was built shows: a write's
 # prepare and apply took 14 % fewer instructions on Debian's statically linked
 # python3.11 than on a pyenv 3.11 built from source without
-# --enable-optimizations (docs/zookeeper.md, "Which CPython runs the servers").
+# --enable-optimizations (docs/journal/zookeeper-speed.md, "Which CPython runs the servers").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Spark needs Java; the nemesis and the partition tests need iptables
