@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zabd.server.compose import main
+from zabd.client.compose import main
 
 if __name__ == "__main__":
     root = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "cluster": ("zabd.client.cluster_cli", "main", "run a local cluster in the foreground until Ctrl-C"),
     "bench": ("zabd.client.bench", "main", "load generator (optionally spawning a local cluster)"),
     "certs": ("zabd.certs", "main", "write a CA and one TLS certificate per node (and client certificates)"),
-    "compose": ("zabd.server.compose", "main", "write docker-compose files for N nodes"),
+    "compose": ("zabd.client.compose", "main", "write docker-compose files for N nodes"),
     "pipeline": ("zabd.pipeline.cli", "main", "Spark sweeps of simulated scenarios and audits of real logs"),
     "nemesis": ("zabd.nemesis.cli", "main", "Jepsen-style fault runs against real servers, checked"),
 }

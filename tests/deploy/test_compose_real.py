@@ -26,8 +26,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from zabd.client.client import Client, ZabdError
+from zabd.client.compose import CLIENT_PORT, spec
 from zabd.codec.client import NodeStatus
-from zabd.server.compose import CLIENT_PORT, spec
 
 pytestmark = pytest.mark.docker
 T = TypeVar("T")

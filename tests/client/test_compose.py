@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from zabd.server.compose import CLIENT_PORT, ELECTION_PORT, PEER_PORT, ZK_PORT, render, services
+from zabd.client.compose import CLIENT_PORT, ELECTION_PORT, PEER_PORT, ZK_PORT, render, services
 from zabd.server.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,14 +103,14 @@ def test_compose_default_build_context_is_the_current_directory(tmp_path: Path, 
 
 
 def test_health_probe_is_valid_python() -> None:
-    from zabd.server.compose import HEALTH_PROBE
+    from zabd.client.compose import HEALTH_PROBE
 
     compile(HEALTH_PROBE, "<healthcheck>", "exec")
 
 
 def test_the_tls_variant_turns_tls_on_with_the_certs_zabd_certs_writes(tmp_path: Path) -> None:
     from zabd.certs import make_cluster
-    from zabd.server.compose import TLS_MOUNT
+    from zabd.client.compose import TLS_MOUNT
 
     path = ROOT / "deploy/docker-compose.tls.yml"
     context = os.path.relpath(ROOT, path.parent)
