@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from zabd.codec.members import WILDCARDS, PeerSpec, parse_spec
 from zabd.kv.zk.jaas import JaasError, load_users
+from zabd.protocol.options import Options, for_server
 from zabd.server.auth import TokenFileError, load_tokens
 from zabd.server.zk_words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS, ZK_WORDS
 from zabd.tls import tls_files_problem
@@ -355,6 +356,14 @@ class ServerConfig(BaseModel):
             spec = self.peer_spec(n)
             out += [(spec.host, p) for p in (spec.quorum, spec.election) if p is not None]
         return out
+
+    # ------------------------------------------- what each component is handed
+
+    def core_options(self) -> Options:
+        """The protocol core's rules: the server's variant with this node's
+        window (txns kept in memory), DIFF limit and sync retry in ticks.
+        Storage keeps the same window (``open_storage`` reads it from here)."""
+        return for_server(self.history_window, self.diff_limit, max(1, self.sync_retry_ms // self.tick_ms))
 
     # --------------------------------------------------------------- helpers
 

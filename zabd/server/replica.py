@@ -32,7 +32,6 @@ from zabd.kv.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import EXTENDED_TYPES, Commit, Message, Propose, ProposeMany, SyncInfo
 from zabd.protocol.node import FOLLOWING, Node, role_name
-from zabd.protocol.options import for_server
 from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
 from zabd.server.auth import Authenticator, load_tokens
@@ -64,9 +63,8 @@ class Replica:
         self.id = config.id
         self.storage = storage
         self.machine: StateMachine = machine or NullMachine()
-        retry_ticks = max(1, config.sync_retry_ms // config.tick_ms)
-        options = for_server(config.history_window, config.diff_limit, retry_ticks)
-        self.node = Node(config.id, config.peer_ids, config.seed, options, membership=initial_membership(config))
+        self.node = Node(config.id, config.peer_ids, config.seed, config.core_options(),
+                         membership=initial_membership(config))
         self.log = get_logger("zabd.server")
         set_context(self._log_context)
         self.disk = storage if isinstance(storage, DiskStorage) else None
@@ -127,7 +125,7 @@ class Replica:
         self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed
         self.commit_decided = self.proposals.commit_decided
         self.pipeline = EffectPipeline(storage, self, early_propose=config.leader_early_propose,
-                                       cumulative_acks=options.cumulative_acks, install=self.sync.install)
+                                       cumulative_acks=self.node.options.cumulative_acks, install=self.sync.install)
         self._inline_flush = type(storage) is MemoryStorage
         self._on_peer: dict[type, Callable[[int, Any], None]] = {cls: self._core_message for cls in EXTENDED_TYPES}
         self._on_peer |= {

@@ -28,7 +28,7 @@ def open_storage(config: ServerConfig) -> Storage:
         fsync=config.fsync,
         segment_bytes=seg,
         prealloc_bytes=min(seg, 16 << 20),
-        window=config.history_window,
+        window=config.core_options().window,  # the core's: the log keeps in memory what the core does
     )
 
 
