@@ -35,7 +35,7 @@ from zabd.protocol.node import Node
 from zabd.protocol.options import SERVER
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
-from zabd.server.zk_sessions import HOLD_MS, ZKSessions
+from zabd.server.zk_sessions import HOLD_MS, RETRY_MS, ZKSessions
 
 SID = 0x0300_0000_0000_0001
 NOW = 1_700_000_000_000
@@ -140,19 +140,26 @@ def test_a_wrong_password_is_refused_after_the_same_check() -> None:
     assert got["ok"] is False and got["err"] == Code.SESSION_EXPIRED
 
 
+def controlled() -> tuple[dict[str, Any], ZKSessions, ProposalPath, Links, Txn, bytes]:
+    """A follower's session layer on a clock and a quorum the test sets
+    (``state["now"]``, ``state["serving"]``), its table holding the session."""
+    machine, path, _, links = follower()
+    state: dict[str, Any] = {"serving": True, "now": NOW}
+    sessions = ZKSessions(machine, path, 2, 200, None, lambda: state["now"], structlog.get_logger(),
+                          serving=lambda: state["serving"], electing=lambda: not state["serving"])
+    password = os.urandom(16)
+    (create,) = leader_txns(password, close=False)
+    machine.apply(create)
+    return state, sessions, path, links, create, password
+
+
 def test_without_a_leader_the_connection_closes_unanswered() -> None:
     """The leader died before it confirmed anything: nothing is known. The
     connect waits for the next leader (a member finds it in tens of ms) as
     long as a first hold would have; then, on ZooKeeper's port, the client
     sees the connection close (jute's refusal for anything but an expiry is
     no bytes at all)."""
-    machine, path, _, links = follower()
-    state = {"serving": True, "now": NOW}
-    sessions = ZKSessions(machine, path, 2, 200, None, lambda: state["now"], structlog.get_logger(),
-                          serving=lambda: state["serving"], electing=lambda: not state["serving"])
-    password = os.urandom(16)
-    (create,) = leader_txns(password, close=False)
-    machine.apply(create)  # even a replica that holds the session does not answer alone
+    state, sessions, path, links, _, password = controlled()  # even a replica holding the session does not answer alone
     s = ClientSession(1 << 20)
     assert sessions.connect(s, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
     state["serving"] = False
@@ -178,17 +185,14 @@ def test_a_re_attach_whose_leader_went_away_is_asked_again_of_the_next() -> None
     a follower that had not yet noticed its leader stepped down forwarded the
     re-attach to it and was refused; closing then left the client no server
     to go to. It is held and asked again of the next leader."""
-    machine, path, _, links = follower()
-    state = {"serving": True, "now": NOW}
-    sessions = ZKSessions(machine, path, 2, 200, None, lambda: state["now"], structlog.get_logger(),
-                          serving=lambda: state["serving"], electing=lambda: not state["serving"])
-    password = os.urandom(16)
-    (create,) = leader_txns(password, close=False)
-    machine.apply(create)
+    state, sessions, path, links, create, password = controlled()
     s = ClientSession(1 << 20)
     assert sessions.connect(s, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
     path.on_forward_err(wire.ForwardErr(1, "no_leader", "this node no longer leads; retry"))
     assert answers(s) == [] and not s.hangup
+    sessions.serve_waiting()  # not asked again at once: each tick would be one more request to the old leader
+    assert len(links.sent) == 1
+    state["now"] += RETRY_MS
     sessions.serve_waiting()  # a leader again (still node 3 here): asked anew
     assert [wire.decode_frame(f) for f in links.sent] == [wire.SyncReq(1), wire.SyncReq(2)]
     path.on_forward_ok(wire.ForwardOk(2, create.zxid))

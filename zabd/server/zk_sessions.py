@@ -81,6 +81,11 @@ from zabd.server.zk_reconfig import ZKReconfig
 # would find every one of them between leaders while one removed leader
 # hands over, where ZooKeeper's client finds the removed leader still serving.
 HOLD_MS = 1000
+# A connect held again after a leader refused it is asked anew at most this
+# often: the server may still follow the leader that just stepped down, and
+# asking it every tick would turn each held connection into a flood of
+# forwarded requests for as long as the hold lasts.
+RETRY_MS = 50
 
 
 class ZKSessions:
@@ -115,8 +120,8 @@ class ZKSessions:
         self.serving = serving
         self.read_only_mode = read_only_mode
         self.electing = electing  # a member without a leader now: it may serve again soon
-        # connects held while electing: connection -> (until, the connect's arguments)
-        self.waiting: dict[ClientSession, tuple[int, tuple[Any, ...]]] = {}
+        # connects held while electing: connection -> (until, not asked again before, the connect's arguments)
+        self.waiting: dict[ClientSession, tuple[int, int, tuple[Any, ...]]] = {}
         self.on_created: Callable[[int, int], None] | None = None  # (session, timeout): the leader tracks it
         self.on_closed: Callable[[int], None] | None = None
         self.reconfig = ZKReconfig(machine, proposals)
@@ -155,7 +160,7 @@ class ZKSessions:
             if read_only and self.read_only_mode:
                 return self._connect_read_only(conn, rid, session, password, timeout_ms)
             if self.electing() and self.now_ms() < until:
-                self.waiting[io] = (until, args)
+                self.waiting[io] = (until, 0, args)
                 return True
             # as ZooKeeper: a server without a quorum takes no session (the
             # client goes on to another server, its requests still queued)
@@ -218,7 +223,7 @@ class ZKSessions:
         until, args = self.deciding.pop(io, (0, ()))
         if not args or io.closed or self.now_ms() >= until or not (self.serving() or self.electing()):
             return False
-        self.waiting[io] = (until, args)
+        self.waiting[io] = (until, self.now_ms() + RETRY_MS, args)
         return True
 
     def serve_waiting(self) -> None:
@@ -228,8 +233,8 @@ class ZKSessions:
             return
         serving, now = self.serving(), self.now_ms()
         electing = not serving and self.electing()
-        for io, (until, args) in list(self.waiting.items()):
-            if electing and now < until and not io.closed:
+        for io, (until, not_before, args) in list(self.waiting.items()):
+            if (electing or (serving and now < not_before)) and now < until and not io.closed:
                 continue
             del self.waiting[io]
             wire, rid = args[0], args[1]
