@@ -36,7 +36,7 @@ the size of the newest snapshot file (after the restart: the whole tree), the tx
 log size, ``mntr``'s znode count and the load time.
 
 zabd side: ``measure_zabd`` builds the same tree in this process through
-``zabd.kv.zk.standalone.Standalone`` and measures tracemalloc's traced bytes (Python heap)
+``tests.zk.standalone.Standalone`` and measures tracemalloc's traced bytes (Python heap)
 and the RSS delta (less tracemalloc's own bookkeeping), both from an empty tree with one
 session, after ``gc.collect()``. Its load time includes tracemalloc's slowdown. The
 snapshot column is ``len(DataTree.snapshot())``, zabd's own encoding of the whole tree.
@@ -380,13 +380,13 @@ def measure_zabd(znodes: int, data_bytes: int, fanout: int = DEFAULT_FANOUT,
     / znodes created, after ``gc.collect()`` each time. RSS delta is corrected for
     tracemalloc's own bookkeeping (``tracemalloc.get_tracemalloc_memory``).
     """
-    # ======== ZABD SIDE (issue 17): needs zabd/kv/zk/standalone.py ========
+    # ======== ZABD SIDE (issue 17): needs tests/zk/standalone.py ========
     try:
-        from zabd.kv.zk import records, standalone
+        from zabd.zk import records, standalone
     except ImportError as e:
         raise ZabdSideUnavailable(
-            f"zabd side not available yet ({e}): needs zabd.kv.zk.standalone.Standalone and "
-            "zabd.kv.zk.records.Create") from e
+            f"zabd side not available yet ({e}): needs tests.zk.standalone.Standalone and "
+            "zabd.zk.records.Create") from e
     parents, created = tree_shape(znodes, fanout)
     pid = os.getpid()
     create, error_result = records.Create, records.ErrorResult

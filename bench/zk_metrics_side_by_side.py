@@ -4,7 +4,7 @@ small workload on each, then the ``mntr`` keys both print, one line each.
     python -m bench.zk_metrics_side_by_side [--writes 200]
 
 Both servers are started here and stopped by PID at the end. The keys only
-ZooKeeper prints are counted at the bottom; ``zabd.server.zk_metrics.NOT_MEASURED``
+ZooKeeper prints are counted at the bottom; ``zabd.server.zk.metrics.NOT_MEASURED``
 says why each is not measured (docs/zookeeper.md).
 """
 

@@ -27,9 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.codec.test_jute import corpus, mutate
+
 from zabd.client.spawn import LocalCluster
-from zabd.codec import jute
-from zabd.kv.zk.records import GetChildren
+from zabd.zk import jute
+from zabd.zk.records import GetChildren
 
 
 def _inputs(rng: random.Random, seeds: list[bytes], n: int) -> list[bytes]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Record ZooKeeper 3.8's answers to a fixed list of scripted cases, for
-``tests/kv/zk/test_zk38_semantics.py`` to replay against zabd's in-process
+``tests/zk/test_zk38_semantics.py`` to replay against zabd's in-process
 ``Standalone`` (so the default test run needs no Java).
 
 It starts a standalone ZooKeeper from the Debian package (a fresh dataDir in

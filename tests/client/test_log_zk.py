@@ -14,8 +14,8 @@ import pytest
 from tests.client.cli_support import zabd
 from tests.server.zk_driver import ZKDriver
 from zabd.client.spawn import LocalCluster
-from zabd.kv.zk.records import EPHEMERAL_SEQUENTIAL, CloseSession, Create, CreateResult, SetData
 from zabd.protocol import zxid as zx
+from zabd.zk.records import EPHEMERAL_SEQUENTIAL, CloseSession, Create, CreateResult, SetData
 
 RW, ADMIN = "rw-token-for-the-log", "admin-token-for-the-log"
 

@@ -34,11 +34,27 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from zabd.codec import client as schema
-from zabd.codec import peer as wire
-from zabd.codec import zk_msgpack
 from zabd.codec.framing import FrameError, FrameReader, frame, pack_header
-from zabd.kv.zk.acl import ACL, OPEN_ACL_UNSAFE, Id
-from zabd.kv.zk.records import (
+from zabd.protocol.messages import (
+    Ack,
+    AckEpoch,
+    AckLeader,
+    Commit,
+    LookForLeader,
+    NewEpoch,
+    NewLeader,
+    Propose,
+    ProposeMany,
+    ReadPing,
+    ReadPong,
+    Txn,
+    Vote,
+)
+from zabd.server import peer_wire as wire
+from zabd.server.peer_session import PeerSession
+from zabd.zk import msgpack_wire as zk_msgpack
+from zabd.zk.acl import ACL, OPEN_ACL_UNSAFE, Id
+from zabd.zk.records import (
     PERSISTENT_WITH_TTL,
     AddAuth,
     AddWatch,
@@ -63,22 +79,6 @@ from zabd.kv.zk.records import (
     SetWatches,
     Sync,
 )
-from zabd.protocol.messages import (
-    Ack,
-    AckEpoch,
-    AckLeader,
-    Commit,
-    LookForLeader,
-    NewEpoch,
-    NewLeader,
-    Propose,
-    ProposeMany,
-    ReadPing,
-    ReadPong,
-    Txn,
-    Vote,
-)
-from zabd.server.peer_session import PeerSession
 
 MAX_FRAME = 1 << 16
 PROTOCOLS = ("client", "peer", "zk")

@@ -53,15 +53,20 @@ from typing import Any, Final
 import msgpack
 import structlog
 
-from zabd.codec import zk_txn as tx
 from zabd.codec.members import encode_addresses
 from zabd.kv.kinds import RAW_MAGIC
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
-from zabd.kv.machine import MalformedTxn
 from zabd.kv.store import Cas, Put
 from zabd.kv.store import Delete as KVDelete
-from zabd.kv.zk import txn_check
-from zabd.kv.zk.acl import (
+from zabd.machine import MalformedTxn
+from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
+from zabd.protocol.membership import Membership
+from zabd.protocol.membership import encode as encode_membership
+from zabd.protocol.messages import Txn
+from zabd.sim.zk_workload import ZKRequests
+from zabd.zk import txn as tx
+from zabd.zk import txn_check
+from zabd.zk.acl import (
     ACL,
     ALL,
     ANYONE,
@@ -74,9 +79,9 @@ from zabd.kv.zk.acl import (
     Id,
     digest_id,
 )
-from zabd.kv.zk.paths import parent_of
-from zabd.kv.zk.prep import INT_MAX
-from zabd.kv.zk.records import (
+from zabd.zk.paths import parent_of
+from zabd.zk.prep import INT_MAX
+from zabd.zk.records import (
     CONTAINER_OWNER,
     MAX_TTL,
     TTL_OWNER_BASE,
@@ -93,13 +98,8 @@ from zabd.kv.zk.records import (
     Write,
     ttl_of,
 )
-from zabd.kv.zk.sessions import SessionIds, password_digest
-from zabd.kv.zk.tree import DataTree
-from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
-from zabd.protocol.membership import Membership
-from zabd.protocol.membership import encode as encode_membership
-from zabd.protocol.messages import Txn
-from zabd.sim.zk_workload import ZKRequests
+from zabd.zk.sessions import SessionIds, password_digest
+from zabd.zk.tree import DataTree
 
 START_MS: Final = 1_700_000_000_000
 REPLICAS: Final = 3

@@ -15,18 +15,18 @@ import msgpack
 import pytest
 
 from tests.kv.apply_fuzz import ApplyFuzz, indexes, state_print, tree_problems
-from zabd.codec import zk_txn as tx
 from zabd.kv.kinds import RAW_MAGIC
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
 from zabd.kv.store import BAD_VERSION, MALFORMED, OK, Cas, Put, Result
 from zabd.kv.store import Delete as KVDelete
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.records import CONTAINER_OWNER, DeleteResult, ErrorResult, MultiResult, SessionResult
-from zabd.kv.zk.tree import DataTree
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import Membership
 from zabd.protocol.membership import encode as encode_membership
 from zabd.protocol.messages import Txn
+from zabd.zk import txn as tx
+from zabd.zk.errors import Code
+from zabd.zk.records import CONTAINER_OWNER, DeleteResult, ErrorResult, MultiResult, SessionResult
+from zabd.zk.tree import DataTree
 
 T0 = 1_700_000_000_000
 OPEN = [[31, "world", "anyone"]]

@@ -9,14 +9,14 @@ from pathlib import Path
 
 from zabd.codec.members import encode_addresses
 from zabd.kv.kvmachine import SNAP_MAGIC, KVMachine
-from zabd.kv.machine import NullMachine, membership_at
-from zabd.kv.zk.events import EventType
-from zabd.kv.zk.tree import CONFIG_PATH, Applied
+from zabd.machine import NullMachine, membership_at
 from zabd.protocol.membership import Membership, encode
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
 from zabd.server.recovery import recover
 from zabd.storage.disk import DiskStorage
+from zabd.zk.events import EventType
+from zabd.zk.tree import CONFIG_PATH, Applied
 
 
 def change(voters: set[int], observers: set[int] = frozenset()) -> bytes:  # type: ignore[assignment]

@@ -58,7 +58,7 @@ def test_zookeeper_trees_of_a_real_run_agree_in_verify_and_audit(spark: Any, tmp
     from tests.server.zk_driver import ZKDriver
     from zabd.client import Client
     from zabd.client.spawn import LocalCluster
-    from zabd.kv.zk.records import EPHEMERAL_SEQUENTIAL, CloseSession, Create, SetData
+    from zabd.zk.records import EPHEMERAL_SEQUENTIAL, CloseSession, Create, SetData
 
     cluster = LocalCluster(3, storage="disk", base_dir=tmp_path / "cluster", extra={"snap_count": 40})
 

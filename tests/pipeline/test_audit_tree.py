@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.storage.zk_log import Recording, workload, write_dir
-from zabd.codec import zk_txn as tx
 from zabd.kv import KVMachine
 from zabd.pipeline.audit import audit, format_audit
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
+from zabd.zk import txn as tx
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::FutureWarning")]
 

@@ -8,7 +8,6 @@ import pytest
 
 from tests.protocol.helpers import synced_leader
 from zabd.codec.framing import FrameError, FrameReader, frame
-from zabd.codec.peer import decode_message, encode_message, encode_propose_many
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import AppendTxn, Broadcast, CommitTo, Effect, Send
 from zabd.protocol.membership import Membership
@@ -24,6 +23,7 @@ from zabd.protocol.messages import (
 )
 from zabd.protocol.node import FOLLOWING, LOOKING, Node
 from zabd.protocol.options import CANONICAL, SERVER, Options
+from zabd.server.peer_wire import decode_message, encode_message, encode_propose_many
 
 BATCHING = Options(cumulative_acks=True, batch_proposals=True)
 

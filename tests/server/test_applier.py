@@ -4,7 +4,7 @@ batch at once, and the core trims what is committed before it is applied)."""
 
 from __future__ import annotations
 
-from zabd.kv.machine import NullMachine
+from zabd.machine import NullMachine
 from zabd.protocol.effects import AppendTxn, CommitTo
 from zabd.protocol.messages import Ack, AckEpoch, AckLeader, SyncInfo, Txn, Vote
 from zabd.protocol.node import LEADING, Node

@@ -12,7 +12,7 @@ import pytest
 
 from zabd.client import Client
 from zabd.client.spawn import LocalCluster
-from zabd.codec.peer import WIRE_VERSION
+from zabd.server.peer_wire import WIRE_VERSION
 
 Factory = Callable[..., LocalCluster]
 

@@ -11,7 +11,7 @@ import uvloop
 
 from zabd.client.client import Client
 from zabd.client.spawn import LocalCluster, free_ports
-from zabd.codec import peer as wire
+from zabd.server import peer_wire as wire
 from zabd.server.config import ServerConfig
 from zabd.server.replica import Replica
 from zabd.storage.base import MemoryStorage

@@ -8,7 +8,6 @@ import pytest
 
 from tests.protocol.helpers import synced_leader as leader_with
 from zabd.codec import client as schema
-from zabd.codec import peer as wire
 from zabd.codec.framing import FrameError, FrameReader, frame
 from zabd.kv import KVMachine
 from zabd.kv.kinds import tag_raw
@@ -18,6 +17,7 @@ from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Commit, NewLeader, Txn
 from zabd.protocol.node import Node
 from zabd.protocol.options import SERVER
+from zabd.server import peer_wire as wire
 from zabd.server.client_session import MAX_OUTSTANDING, ClientSession
 from zabd.server.peer_session import HandshakeDone, MembershipRefused, PeerSession, SyncArrived
 from zabd.server.proposals import ProposalPath

@@ -23,8 +23,8 @@ from zabd.certs import make_cert, make_cluster
 from zabd.client import Client
 from zabd.client.client import ZabdError
 from zabd.client.spawn import LocalCluster
-from zabd.codec import peer as wire
 from zabd.codec.framing import frame
+from zabd.server import peer_wire as wire
 from zabd.tls import client_tls, node_name
 
 RW, RO = "rw-token-0123456789", "ro-token-0123456789"

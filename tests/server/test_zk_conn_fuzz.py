@@ -25,9 +25,10 @@ from tests.server.zk_conn_fuzz import (
     load_inputs,
     replay,
 )
-from zabd.codec import jute
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.records import (
+from zabd.server.client_session import MAX_OUTSTANDING
+from zabd.zk import jute
+from zabd.zk.errors import Code
+from zabd.zk.records import (
     CONTAINER,
     AddWatch,
     CloseSession,
@@ -39,7 +40,6 @@ from zabd.kv.zk.records import (
     GetData,
     SetData,
 )
-from zabd.server.client_session import MAX_OUTSTANDING
 
 CASES = Path(__file__).resolve().parents[1] / "data" / "zk_conn_fuzz"
 NEW: dict[str, Any] = {"kind": "connect", "session": "new"}

@@ -11,9 +11,9 @@ import pytest
 
 from tests.server.zk_driver import JuteSocket
 from zabd.client.spawn import LocalCluster
-from zabd.codec import jute
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.records import Create, CreateResult, DataResult, GetData, SetData, StatResult
+from zabd.zk import jute
+from zabd.zk.errors import Code
+from zabd.zk.records import Create, CreateResult, DataResult, GetData, SetData, StatResult
 
 
 def connect_and_three(path: str, session: int = 0, password: bytes = b"") -> bytes:
@@ -89,9 +89,9 @@ def test_requests_behind_a_refused_connect_are_not_served(zk_cluster: LocalClust
 
 
 def test_too_much_sent_before_the_connect_response_closes_the_connection(zk_cluster: LocalCluster) -> None:
-    """Held requests are bounded (zabd.server.zk_port.HELD_FRAMES): beyond
+    """Held requests are bounded (zabd.server.zk.port.HELD_FRAMES): beyond
     that the connection closes, with one log line."""
-    from zabd.server.zk_port import HELD_FRAMES
+    from zabd.server.zk.port import HELD_FRAMES
 
     c = JuteSocket(zk_cluster.zk_addr(1))
     try:

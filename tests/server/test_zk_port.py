@@ -16,9 +16,9 @@ from kazoo.protocol.states import EventType, KazooState
 
 from tests.server.zk_driver import JuteSocket, four_letter
 from zabd.client.spawn import LocalCluster
-from zabd.codec import jute
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.records import (
+from zabd.zk import jute
+from zabd.zk.errors import Code
+from zabd.zk.records import (
     AddAuth,
     ChildrenResult,
     DataResult,
@@ -150,7 +150,7 @@ def test_connection_state_and_four_letter_words(cluster_factory: Factory) -> Non
 
 
 class RawJute(JuteSocket):
-    """A bare jute client (zabd.codec.jute's client side) for what kazoo
+    """A bare jute client (zabd.zk.jute's client side) for what kazoo
     2.11 has no call for: multiRead, whoAmI, an unknown opcode."""
 
     def __init__(self, addr: str) -> None:

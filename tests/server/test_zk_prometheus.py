@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from zabd.client.spawn import LocalCluster
-from zabd.server.zk_metrics import COUNTERS, NOT_MEASURED, SUMMARIES
+from zabd.server.zk.metrics import COUNTERS, NOT_MEASURED, SUMMARIES
 
 Factory = Callable[..., LocalCluster]
 DATA = Path(__file__).parent / "data" / "zookeeper_dashboards.json"

@@ -19,23 +19,23 @@ import structlog
 
 from tests.server.zk_driver import JuteSocket
 from zabd.client.spawn import LocalCluster
-from zabd.codec import jute
-from zabd.codec import peer as wire
 from zabd.codec.framing import FrameReader
-from zabd.codec.zk_msgpack import MsgpackWire
 from zabd.kv import KVMachine
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.prep import ZKLeader
-from zabd.kv.zk.records import EPHEMERAL, CloseSession, Create, CreateSession, Exists, ExistsResult
-from zabd.kv.zk.sessions import password_digest
-from zabd.kv.zk.tree import DataTree
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import NewLeader, Txn
 from zabd.protocol.node import Node
 from zabd.protocol.options import SERVER
+from zabd.server import peer_wire as wire
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
-from zabd.server.zk_sessions import HOLD_MS, RETRY_MS, ZKSessions
+from zabd.server.zk.sessions import HOLD_MS, RETRY_MS, ZKSessions
+from zabd.zk import jute
+from zabd.zk.errors import Code
+from zabd.zk.msgpack_wire import MsgpackWire
+from zabd.zk.prep import ZKLeader
+from zabd.zk.records import EPHEMERAL, CloseSession, Create, CreateSession, Exists, ExistsResult
+from zabd.zk.sessions import password_digest
+from zabd.zk.tree import DataTree
 
 SID = 0x0300_0000_0000_0001
 NOW = 1_700_000_000_000

@@ -31,10 +31,10 @@ from puresasl.client import SASLClient
 from tests.server.real_zk import StandaloneZooKeeper, needs_zookeeper, zookeepers
 from tests.server.zk_driver import JuteSocket
 from zabd.client.spawn import LocalCluster
-from zabd.codec import jute
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.records import Sasl, WhoAmI, WhoAmIResult
-from zabd.kv.zk.sasl import parse_directives, response_value
+from zabd.zk import jute
+from zabd.zk.errors import Code
+from zabd.zk.records import Sasl, WhoAmI, WhoAmIResult
+from zabd.zk.sasl import parse_directives, response_value
 
 Factory = Callable[..., LocalCluster]
 JAAS = """Server {

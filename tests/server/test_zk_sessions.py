@@ -12,9 +12,9 @@ from typing import Any
 
 from tests.server.zk_driver import ZKDriver, ZKRefused
 from zabd.client.spawn import LocalCluster
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.events import EventType, KeeperState
-from zabd.kv.zk.records import (
+from zabd.zk.errors import Code
+from zabd.zk.events import EventType, KeeperState
+from zabd.zk.records import (
     EPHEMERAL,
     EPHEMERAL_SEQUENTIAL,
     CloseSession,
@@ -214,7 +214,7 @@ async def test_requests_behind_a_close_session_are_not_served(cluster_factory: F
 
 
 async def test_set_watches_after_a_reconnect_fires_what_was_missed(cluster_factory: Factory) -> None:
-    from zabd.kv.zk.records import WATCH_PERSISTENT_RECURSIVE, AddWatch, CheckWatches, RemoveWatches, SetWatches
+    from zabd.zk.records import WATCH_PERSISTENT_RECURSIVE, AddWatch, CheckWatches, RemoveWatches, SetWatches
 
     cluster = cluster_factory(3, extra=ZK)
     leader = await cluster.wait_leader()

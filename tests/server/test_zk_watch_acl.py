@@ -31,9 +31,9 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 from tests.server.real_zk import StandaloneZooKeeper, needs_zookeeper, zookeepers
 from tests.server.zk_conn_fuzz import SUPER, Conn, Harness, Scenario, _Capture, captured_logs
 from zabd.client.spawn import LocalCluster
-from zabd.codec import jute
-from zabd.kv.zk.acl import ACL, ALL, READ, Id, digest_id
-from zabd.kv.zk.records import (
+from zabd.zk import jute
+from zabd.zk.acl import ACL, ALL, READ, Id, digest_id
+from zabd.zk.records import (
     WATCH_PERSISTENT_RECURSIVE,
     AddAuth,
     AddWatch,

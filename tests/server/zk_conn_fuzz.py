@@ -93,12 +93,17 @@ from typing import Any
 import structlog
 
 from tests.codec.test_jute import corpus, mutate
-from zabd.codec import jute
 from zabd.kv.kvmachine import KVMachine
-from zabd.kv.zk.acl import ACL, ANYONE, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Id, digest_id
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.events import EventType, KeeperState
-from zabd.kv.zk.records import (
+from zabd.server.config import ServerConfig
+from zabd.server.replica import Replica
+from zabd.server.zk.port import ZKClientLink
+from zabd.server.zk.words import ZK_WORDS
+from zabd.storage.base import MemoryStorage
+from zabd.zk import jute
+from zabd.zk.acl import ACL, ANYONE, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Id, digest_id
+from zabd.zk.errors import Code
+from zabd.zk.events import EventType, KeeperState
+from zabd.zk.records import (
     AddAuth,
     AddWatch,
     Check,
@@ -124,12 +129,7 @@ from zabd.kv.zk.records import (
     Sync,
     WhoAmI,
 )
-from zabd.kv.zk.tree import DataTree
-from zabd.server.config import ServerConfig
-from zabd.server.replica import Replica
-from zabd.server.zk_port import ZKClientLink
-from zabd.server.zk_words import ZK_WORDS
-from zabd.storage.base import MemoryStorage
+from zabd.zk.tree import DataTree
 
 EPOCH = 64  # inputs per fresh replica
 ZK_TICK_MS = 10  # session timeouts of 20 to 200 ms on the fake clock

@@ -1,5 +1,5 @@
 """Test-only clients of zabd's ZooKeeper layer: ``ZKDriver`` over zabd's own
-client port (``zk_connect`` and ``zk`` requests, ``zabd.codec.zk_msgpack``),
+client port (``zk_connect`` and ``zk`` requests, ``zabd.zk.msgpack_wire``),
 ``JuteSocket`` and ``four_letter`` on ZooKeeper's port, for what kazoo has
 no call for (raw frames, pipelining, four-letter words)."""
 
@@ -11,11 +11,11 @@ import itertools
 import socket
 from typing import Any
 
-from zabd.codec import jute
 from zabd.codec.framing import FrameReader, frame
-from zabd.codec.zk_msgpack import Request, Result, decode_result, encode_request
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.records import Ping
+from zabd.zk import jute
+from zabd.zk.errors import Code
+from zabd.zk.msgpack_wire import Request, Result, decode_result, encode_request
+from zabd.zk.records import Ping
 
 
 def four_letter(addr: str, word: str) -> str:

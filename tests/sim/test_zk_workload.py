@@ -10,14 +10,14 @@ from collections import Counter
 
 import pytest
 
-from zabd.codec import zk_txn as tx
-from zabd.kv.zk.events import Trigger
-from zabd.kv.zk.records import WriteResult
-from zabd.kv.zk.tree import Applied, DataTree
 from zabd.protocol.options import VARIANTS
 from zabd.sim.faults import random_faults
 from zabd.sim.run import run_scenario
 from zabd.sim.simulator import SimConfig, Simulator
+from zabd.zk import txn as tx
+from zabd.zk.events import Trigger
+from zabd.zk.records import WriteResult
+from zabd.zk.tree import Applied, DataTree
 
 
 def zk_config(seed: int, nodes: int = 5, rounds: int = 3000, proposals: int = 150, faults: int = 6,

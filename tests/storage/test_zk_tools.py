@@ -16,15 +16,15 @@ import pytest
 from tests.client.cli_support import zabd
 from tests.storage.zk_log import Recording, workload, write_dir
 from zabd.client.cli import log_main
-from zabd.codec import zk_txn as tx
 from zabd.kv import KV_MAGIC, KVMachine
 from zabd.kv.kvmachine import SNAP_MAGIC
 from zabd.kv.replay import Replay, replay_log
 from zabd.kv.store import KVLeader, KVStore, Put
-from zabd.kv.zk.tree import DataTree
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.storage.tools import verify
+from zabd.zk import txn as tx
+from zabd.zk.tree import DataTree
 
 OPEN = [[31, "world", "anyone"]]
 

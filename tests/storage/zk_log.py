@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.zk.standalone import Standalone
 from zabd.kv import KVMachine
-from zabd.kv.zk.acl import Id
-from zabd.kv.zk.records import (
+from zabd.protocol.messages import Txn
+from zabd.storage.disk import DiskStorage
+from zabd.zk.acl import Id
+from zabd.zk.records import (
     EPHEMERAL_SEQUENTIAL,
     Create,
     Delete,
@@ -17,9 +20,6 @@ from zabd.kv.zk.records import (
     Write,
     WriteResult,
 )
-from zabd.kv.zk.standalone import Standalone
-from zabd.protocol.messages import Txn
-from zabd.storage.disk import DiskStorage
 
 
 class Recording(Standalone):

@@ -1,5 +1,5 @@
 """``zabd bench --zookeeper OP``: the closed-loop load of ``zabd bench`` on
-ZooKeeper's client port, in its own jute protocol (``zabd.codec.jute``).
+ZooKeeper's client port, in its own jute protocol (``zabd.zk.jute``).
 
 Each connection opens a session, makes its znode ``/zkbench/c<i>`` (the
 payload as data), then keeps ``window`` requests in flight: ``set`` is
@@ -17,9 +17,9 @@ import time
 from collections import deque
 from typing import Any, Protocol, cast
 
-from zabd.codec import jute
 from zabd.codec.framing import no_delay
-from zabd.kv.zk.records import PERSISTENT, PERSISTENT_SEQUENTIAL, Create, GetData, SetData
+from zabd.zk import jute
+from zabd.zk.records import PERSISTENT, PERSISTENT_SEQUENTIAL, Create, GetData, SetData
 
 OPS = ("set", "get", "create")
 _HEADER = struct.Struct(">iqi")

@@ -112,7 +112,7 @@ class SyncRequest(_Request):
 # ZooKeeper sessions over zabd's client port (the test driver of the session
 # layer; ZooKeeper's own wire is a separate port): ``zk_connect`` makes the
 # connection a ZooKeeper connection, then each ``zk`` request carries one
-# ``zabd.codec.zk_msgpack`` request, ``id`` being its xid.
+# ``zabd.zk.msgpack_wire`` request, ``id`` being its xid.
 I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
 

@@ -1,7 +1,6 @@
 """State machines: the interface and the built-in key-value store."""
 
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
-from zabd.kv.machine import NullMachine, StateMachine
 from zabd.kv.store import (
     BAD_VERSION,
     NO_NODE,
@@ -17,6 +16,7 @@ from zabd.kv.store import (
     decode_txn,
     prepare,
 )
+from zabd.machine import NullMachine, StateMachine
 
 __all__ = [
     "BAD_VERSION",

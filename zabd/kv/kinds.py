@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from zabd.codec.zk_txn import ZK_MAGIC
 from zabd.kv.kvmachine import KV_MAGIC
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
+from zabd.zk.txn import ZK_MAGIC
 
 # 0xc1 is never the first byte of a msgpack value, as with KV_MAGIC and ZK_MAGIC
 RAW_MAGIC: Final = b"\xc1rw1"

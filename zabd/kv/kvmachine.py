@@ -1,7 +1,7 @@
 """The server's state machine: the KV store, the ZooKeeper tree, raw entries.
 
 Committed txns tagged ``KV_MAGIC`` change the KV store, ``ZK_MAGIC`` the
-ZooKeeper tree (``zabd.kv.zk``); any other payload is a raw log entry (a
+ZooKeeper tree (``zabd.zk``); any other payload is a raw log entry (a
 client ``propose``, tagged raw by the server: ``zabd.kv.kinds``) and changes
 neither. One log, one commit order for all three.
 
@@ -33,17 +33,17 @@ from typing import cast
 import structlog
 
 from zabd.codec.members import decode_specs, zookeeper_config_text
-from zabd.codec.zk_txn import ZK_MAGIC
-from zabd.kv.machine import MalformedTxn, record_change
 from zabd.kv.store import MALFORMED, KVLeader, KVStore, Result
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.events import EventType
-from zabd.kv.zk.prep import DEFAULT_MAX_DATA, ZKLeader
-from zabd.kv.zk.records import ErrorResult, WriteResult
-from zabd.kv.zk.tree import CONFIG_PATH, Applied, DataTree
+from zabd.machine import MalformedTxn, record_change
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.messages import Txn
+from zabd.zk.errors import Code
+from zabd.zk.events import EventType
+from zabd.zk.prep import DEFAULT_MAX_DATA, ZKLeader
+from zabd.zk.records import ErrorResult, WriteResult
+from zabd.zk.tree import CONFIG_PATH, Applied, DataTree
+from zabd.zk.txn import ZK_MAGIC
 
 # 0xc1 is never the first byte of a msgpack value, so no KV payload is mistaken
 # for a raw one that happens to be msgpack.

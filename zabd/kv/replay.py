@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from zabd.codec.zk_txn import ZK_MAGIC
 from zabd.kv.kvmachine import SNAP_MAGIC, KVMachine
-from zabd.kv.zk.tree import DataTree
 from zabd.protocol import zxid as zx
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.messages import Txn
+from zabd.zk.tree import DataTree
+from zabd.zk.txn import ZK_MAGIC
 
 
 class LogRecordLike(Protocol):

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, cast
 import msgpack
 
 from zabd.codec.framing import pack
-from zabd.kv.machine import MalformedTxn
+from zabd.machine import MalformedTxn
 from zabd.protocol.messages import Txn
 
 OK = "ok"

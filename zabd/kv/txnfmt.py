@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from zabd.codec import zk_txn
 from zabd.kv.kinds import MEMBERSHIP, kind_of
 from zabd.kv.kvmachine import KV_MAGIC
 from zabd.kv.store import decode_txn
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.records import CONTAINER_OWNER, ttl_of
 from zabd.protocol.membership import decode as decode_membership
+from zabd.zk import txn as zk_txn
+from zabd.zk.errors import Code
+from zabd.zk.records import CONTAINER_OWNER, ttl_of
 
 TEXT_SHOWN = 64  # characters of printable data shown in full
 HEX_SHOWN = 16  # bytes of other data shown

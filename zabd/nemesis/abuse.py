@@ -71,13 +71,9 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from zabd.client.client import Client, LogEntry, ZabdError
-from zabd.codec import jute, zk_txn
 from zabd.kv.kinds import ZK
 from zabd.kv.kvmachine import KV_MAGIC
 from zabd.kv.store import encode_set
-from zabd.kv.zk.records import AddWatch, GetData, Sasl, SaslResult, Sync
-from zabd.kv.zk.sasl import parse_directives, response_value
-from zabd.kv.zk.sessions import password_digest
 from zabd.nemesis.abuse_target import (
     SASL_USER,
     ClientRun,
@@ -107,6 +103,11 @@ from zabd.nemesis.abuse_target import (
 )
 from zabd.protocol.membership import Membership
 from zabd.protocol.membership import encode as encode_membership
+from zabd.zk import jute
+from zabd.zk import txn as zk_txn
+from zabd.zk.records import AddWatch, GetData, Sasl, SaslResult, Sync
+from zabd.zk.sasl import parse_directives, response_value
+from zabd.zk.sessions import password_digest
 
 WORDS = ("ruok", "srvr", "stat", "mntr", "conf", "envi", "cons", "wchs", "dirs", "isro")
 # what ZooKeeper 3.8 answers to a word outside its whitelist

@@ -52,7 +52,7 @@ __all__ = ["KazooClient"]  # re-exported: the probes type their sessions with it
 
 from zabd.client.client import Client
 from zabd.client.spawn import LocalCluster, free_ports
-from zabd.codec import jute
+from zabd.zk import jute
 
 MiB = 1 << 20
 T = TypeVar("T")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from zabd.kv.zk.tree import DataTree
+    from zabd.zk.tree import DataTree
 
 INT63 = 1 << 63
 

@@ -14,7 +14,7 @@ default that is ``srvr``'s part alone. ``/health`` shows what ``srvr`` shows
 and ``/metrics`` the numbers of ``mntr`` and ``dirs``, never an address, a
 path or a session id, as ZooKeeper's metrics exporter serves them whatever
 its whitelist: both are served to all. ``/metrics`` also serves ZooKeeper's
-own metric names (``zabd.server.zk_metrics``), as ZooKeeper 3.8's
+own metric names (``zabd.server.zk.metrics``), as ZooKeeper 3.8's
 PrometheusMetricsProvider does on its port 7000, so that dashboards and alert
 rules written for ZooKeeper read zabd unchanged.
 """
@@ -31,7 +31,7 @@ import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from zabd.server.zk_words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS
+from zabd.server.zk.words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS
 
 MAX_REQUEST = 16 * 1024
 IDLE_S = 30.0
@@ -53,7 +53,7 @@ STATUS_WORDS = {
                      "kv_keys", "kv_digest", "zk.sessions", "zk.ephemerals", "zk.digest_zxid", "zk.digest",
                      "zk.connections", "zk.watches", "zk.data_bytes", "zk.sasl_succeeded", "zk.sasl_failed",
                      "role_uptime_ms", "leader_uptime_ms", "observers_synced", "syncs_pending",
-                     # ZooKeeper's own counters and summaries (zabd.server.zk_metrics): numbers only
+                     # ZooKeeper's own counters and summaries (zabd.server.zk.metrics): numbers only
                      "zk_metrics",
                      # zabd.server.limits' counts by reason and bytes held (/metrics has them): no address
                      "client_limits"), "mntr"),
@@ -91,7 +91,7 @@ class AdminServer:
     def __init__(self, status: Callable[[], dict[str, Any]], registry: CollectorRegistry, log: Any,
                  words: Collection[str] = DEFAULT_WHITELIST, zookeeper: Callable[[], str] | None = None) -> None:
         """``words``: the four-letter words ZooKeeper's port answers here
-        (``zabd.server.zk_words.enabled_words``). ``zookeeper``: ZooKeeper's
+        (``zabd.server.zk.words.enabled_words``). ``zookeeper``: ZooKeeper's
         own families in its exposition, served on ``/metrics`` after zabd's."""
         self.status = status
         self.registry = registry

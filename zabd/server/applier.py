@@ -16,7 +16,7 @@ from collections.abc import Callable
 from zabd.codec import client as schema
 from zabd.codec.framing import frame
 from zabd.kv.kinds import ZK, kind_of
-from zabd.kv.machine import StateMachine
+from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node

@@ -10,10 +10,10 @@ import ssl
 import sys
 from typing import Any, NoReturn
 
-from zabd.kv.zk.jaas import JaasError
 from zabd.server.auth import TokenFileError
 from zabd.server.config import ConfigError, ServerConfig, load_config
 from zabd.storage.txnlog import StorageError
+from zabd.zk.jaas import JaasError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -21,17 +21,17 @@ from pydantic import ValidationError
 
 from zabd.codec import client as schema
 from zabd.codec.framing import frame
-from zabd.codec.zk_msgpack import MsgpackWire, decode_request
 from zabd.kv.kvmachine import KVMachine
-from zabd.kv.machine import StateMachine
+from zabd.machine import StateMachine
 from zabd.protocol.node import LEADING
 from zabd.server.applier import Applier, Watches, visible
 from zabd.server.auth import ADMIN, RO, RW, Authenticator
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
 from zabd.server.reconfig import ReconfigError, node_ids, requested
-from zabd.server.zk_sessions import ZKSessions
+from zabd.server.zk.sessions import ZKSessions
 from zabd.storage.base import PurgedError
+from zabd.zk.msgpack_wire import MsgpackWire, decode_request
 
 
 class ClientService:

@@ -17,11 +17,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from zabd.codec.members import WILDCARDS, PeerSpec, parse_spec
-from zabd.kv.zk.jaas import JaasError, load_users
 from zabd.protocol.options import Options, for_server
 from zabd.server.auth import TokenFileError, load_tokens
-from zabd.server.zk_words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS, ZK_WORDS
+from zabd.server.zk.words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS, ZK_WORDS
 from zabd.tls import tls_files_problem
+from zabd.zk.jaas import JaasError, load_users
 
 ENV_PREFIX = "ZABD_"
 # ZABD_* variables that are not the server's config: the interpreter and core a
@@ -161,7 +161,7 @@ class ServerConfig(BaseModel):
     # ZooKeeper's data model (zabd/kv/zk): session timeouts are negotiated
     # between 2 and 20 zk_tick_ms (ZooKeeper's tickTime); znode data is at most
     # zk_max_data bytes (jute.maxbuffer); zk_super_digest ("super:<base64 sha1>",
-    # from zabd.kv.zk.acl.digest_id) is a superuser who passes every ACL
+    # from zabd.zk.acl.digest_id) is a superuser who passes every ACL
     zk_tick_ms: int = Field(default=2000, ge=10, le=60_000)
     zk_max_data: int = Field(default=1 << 20, ge=1, le=1 << 30)
     zk_super_digest: str = ""
@@ -186,7 +186,7 @@ class ServerConfig(BaseModel):
     @classmethod
     def _super_digest(cls, value: str) -> str:
         if value and len(value.split(":")) != 2:
-            raise ValueError("expected user:base64(sha1(user:password)), as zabd.kv.zk.acl.digest_id makes it")
+            raise ValueError("expected user:base64(sha1(user:password)), as zabd.zk.acl.digest_id makes it")
         return value
 
     @field_validator("zk_4lw_whitelist", mode="before")

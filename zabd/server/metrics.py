@@ -3,7 +3,7 @@
 The exposition is ``prometheus_client``'s; the values are read from the
 replica when a scrape comes (a collector), so the hot path pays nothing for
 gauges. ZooKeeper's ``mntr`` numbers are exported too, as ``zabd_zk_*``
-(``zabd.server.zk_words.mntr_rows``: one source for both). Latencies are
+(``zabd.server.zk.words.mntr_rows``: one source for both). Latencies are
 counted into fixed buckets by :class:`Latency`, which costs a bisect per
 observation and no lock (everything runs on the event loop), and are
 exposed as Prometheus histograms.
@@ -27,8 +27,8 @@ from prometheus_client.core import (
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from zabd.server.zk_metrics import SUMMARY_PARTS, ZkMetrics, prometheus_text
-from zabd.server.zk_words import COUNTERS, mntr_rows, zk_gauges
+from zabd.server.zk.metrics import SUMMARY_PARTS, ZkMetrics, prometheus_text
+from zabd.server.zk.words import COUNTERS, mntr_rows, zk_gauges
 
 # seconds: 100 us .. 10 s
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

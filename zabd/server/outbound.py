@@ -15,13 +15,13 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from zabd.codec import peer as wire
 from zabd.protocol.effects import SendSync
 from zabd.protocol.messages import AckLeader, Commit, Message, NewLeader, Propose, ProposeMany, SyncInfo
 from zabd.protocol.node import Node
+from zabd.server import peer_wire as wire
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
-from zabd.server.zk_metrics import ZkMetrics
+from zabd.server.zk.metrics import ZkMetrics
 
 # Test hook (not a ZABD_* variable: those are config fields): SIGKILL this
 # process right after an AckLeader frame was queued for its socket.

@@ -7,15 +7,15 @@ from __future__ import annotations
 from functools import lru_cache
 from time import time
 
-from zabd.codec import peer as wire
-from zabd.codec import zk_txn
-from zabd.codec.zk_msgpack import decode_request
 from zabd.kv.kvmachine import KVMachine
 from zabd.kv.store import Cas, Delete, Put, Request
-from zabd.kv.zk.acl import Id
-from zabd.kv.zk.errors import Code
-from zabd.kv.zk.prep import Prepared
-from zabd.kv.zk.records import Write as ZKRequest
+from zabd.server import peer_wire as wire
+from zabd.zk import txn as zk_txn
+from zabd.zk.acl import Id
+from zabd.zk.errors import Code
+from zabd.zk.msgpack_wire import decode_request
+from zabd.zk.prep import Prepared
+from zabd.zk.records import Write as ZKRequest
 
 
 def kv_request(w: wire.KVWrite) -> Request:

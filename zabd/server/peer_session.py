@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from zabd.codec import peer as wire
 from zabd.codec.framing import FrameError, FrameReader, frame, short
 from zabd.protocol.messages import Message, NewLeader, Txn
+from zabd.server import peer_wire as wire
 
 
 class IdentityRefused(FrameError):

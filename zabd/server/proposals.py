@@ -19,17 +19,17 @@ from time import monotonic
 from typing import Final, NamedTuple, Protocol
 
 from zabd.codec import client as schema
-from zabd.codec import peer as wire
 from zabd.codec.framing import frame
 from zabd.kv.kinds import tag_raw
 from zabd.kv.kvmachine import KV_MAGIC, KVMachine
-from zabd.kv.machine import StateMachine
+from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.membership import Membership, MembershipError
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.membership import encode as encode_membership
 from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
 from zabd.protocol.window import txn_zxid
+from zabd.server import peer_wire as wire
 from zabd.server.client_session import ClientSession, Slot
 from zabd.server.metrics import Latency
 from zabd.server.payloads import kv_request, zk_prepare

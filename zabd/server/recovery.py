@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from zabd.kv.machine import StateMachine, membership_at
+from zabd.machine import StateMachine, membership_at
 from zabd.protocol import zxid as zx
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.node import Node

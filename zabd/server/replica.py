@@ -27,11 +27,11 @@ from functools import partial
 from typing import Any
 
 from zabd import __version__
-from zabd.codec import peer as wire
-from zabd.kv.machine import NullMachine, StateMachine
+from zabd.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import EXTENDED_TYPES, Commit, Message, Propose, ProposeMany, SyncInfo
 from zabd.protocol.node import FOLLOWING, Node, role_name
+from zabd.server import peer_wire as wire
 from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
 from zabd.server.auth import Authenticator, load_tokens
@@ -49,9 +49,9 @@ from zabd.server.status import GcTimer, StatusReport, freeze_survivors
 from zabd.server.storage_factory import initial_membership
 from zabd.server.sync import SyncService
 from zabd.server.transport import ClientLink, Transport
-from zabd.server.zk_expiry import zookeeper_layer
-from zabd.server.zk_port import open_zookeeper_port
-from zabd.server.zk_words import enabled_words
+from zabd.server.zk.expiry import zookeeper_layer
+from zabd.server.zk.port import open_zookeeper_port
+from zabd.server.zk.words import enabled_words
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage

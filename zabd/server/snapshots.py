@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from zabd.kv.machine import StateMachine
+from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.server.config import ServerConfig
 from zabd.storage.txnlog import StorageError

@@ -12,8 +12,7 @@ from typing import Any, Protocol
 
 from zabd import __version__
 from zabd.kv.kvmachine import KVMachine
-from zabd.kv.machine import StateMachine
-from zabd.kv.zk.tree import DataTree
+from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_BROADCAST
 from zabd.protocol.node import LEADING, Node, role_name
@@ -25,16 +24,17 @@ from zabd.server.roles import PHASE_NAMES, RoleTracker
 from zabd.server.snapshots import Snapshotter
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
-from zabd.server.zk_metrics import status_part
+from zabd.server.zk.metrics import status_part
 from zabd.storage.base import Storage
 from zabd.storage.disk import DiskStorage
+from zabd.zk.tree import DataTree
 
 # a tree this small is measured at every status; a larger one at most once a second
 DATA_SIZE_EXACT = 10_000
 
 
 class PortNumbers(Protocol):
-    """ZooKeeper's client port's counters (``zabd.server.zk_port.ZKPort``)."""
+    """ZooKeeper's client port's counters (``zabd.server.zk.port.ZKPort``)."""
 
     def numbers(self) -> dict[str, int | float]: ...
 
@@ -167,10 +167,10 @@ class StatusReport:
         self.snapshotter = snapshotter
         self.gc_timer = gc_timer
         self.started = time.monotonic()
-        self.zk: Any = None  # the ZooKeeper session layer (zabd.server.zk_sessions), when there is a machine
+        self.zk: Any = None  # the ZooKeeper session layer (zabd.server.zk.sessions), when there is a machine
         self.zk_port: PortNumbers | None = None  # ZooKeeper's client port, when it is on
         self.counters: Counters | None = None  # the replica's event counts (ZooKeeper's own metrics among them)
-        self.keeper: Any = None  # the leader's session expirer (zabd.server.zk_expiry), when there is a tree
+        self.keeper: Any = None  # the leader's session expirer (zabd.server.zk.expiry), when there is a tree
         self.data_size = DataSize()
         self.dirs = {"log": storage.log_dir, "snapshot": storage.snap_dir} if isinstance(storage, DiskStorage) else {}
 

@@ -9,7 +9,7 @@ import time
 
 from zabd.codec.members import decode_specs, encode_addresses, zookeeper_config_text
 from zabd.kv.kvmachine import KVMachine
-from zabd.kv.machine import NullMachine, StateMachine
+from zabd.machine import NullMachine, StateMachine
 from zabd.protocol.membership import Membership
 from zabd.server.config import ServerConfig
 from zabd.storage.base import MemoryStorage, Storage

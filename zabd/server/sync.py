@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from zabd.codec import peer as wire
 from zabd.codec.framing import frame
-from zabd.kv.machine import StateMachine
+from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import SendSync
 from zabd.protocol.messages import SNAP, SYNC_MODES, Sync, SyncInfo, Txn
+from zabd.server import peer_wire as wire
 from zabd.server.applier import Applier
 from zabd.server.peer_session import SyncArrived
 from zabd.server.snapshots import Snapshotter

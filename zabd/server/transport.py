@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from zabd.codec.framing import FrameError
-from zabd.codec.peer import Members
 from zabd.server.auth import ADMIN, RW
 from zabd.server.client_session import ClientSession
 from zabd.server.config import ServerConfig, parse_hostport
@@ -30,6 +29,7 @@ from zabd.server.limits import ClientGuard, ClientLimits, total_connections
 from zabd.server.link import Link
 from zabd.server.memory import Trimmer
 from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
+from zabd.server.peer_wire import Members
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import cert_names, client_context, describe_error, identity_problem, node_name, server_context
 

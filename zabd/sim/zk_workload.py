@@ -3,9 +3,9 @@
 Client requests come from the seed, one per scheduled proposal: sessions
 open, write (creates of every mode, deletes, setData, setACL, checks,
 multi), close, or are abandoned and left to expire. The leader decides each
-one with the server's own ``ZKLeader`` (``zabd.kv.zk.prep``) and proposes the
+one with the server's own ``ZKLeader`` (``zabd.zk.prep``) and proposes the
 txn; it also expires sessions with the server's ``ExpiryTracker`` and
-deletes empty containers and expired TTL nodes, as ``zabd.server.zk_expiry``
+deletes empty containers and expired TTL nodes, as ``zabd.server.zk.expiry``
 does. Every node applies its committed prefix to its own ``DataTree``.
 
 What the safety checker adds (first failure kept, like its own):
@@ -22,7 +22,7 @@ What the safety checker adds (first failure kept, like its own):
 
 Re-attaches: clients also take their sessions (those whose ``CreateSession``
 committed: their clients were told of them) to a random node, as a client
-that lost its connection does, decided as ``zabd.server.zk_sessions`` decides
+that lost its connection does, decided as ``zabd.server.zk.sessions`` decides
 them: the node's leader begins a read barrier (``Node.read_barrier``), the
 node applies up to the commit point the quorum confirmed, then
 ``reattach_timeout`` reads its session table. A node that cannot ask (no
@@ -40,10 +40,12 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from zabd.codec.zk_txn import T_CLOSE_SESSION, T_CREATE_SESSION, ZK_MAGIC
-from zabd.kv.zk.acl import ACL, ALL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ, READ_ACL_UNSAFE, Id, digest_id
-from zabd.kv.zk.prep import ZKLeader, is_session_owner
-from zabd.kv.zk.records import (
+from zabd.protocol.effects import CommitTo, Effect, ReadFailed, ReadReady, RoleChanged
+from zabd.protocol.messages import Txn
+from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
+from zabd.zk.acl import ACL, ALL, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ, READ_ACL_UNSAFE, Id, digest_id
+from zabd.zk.prep import ZKLeader, is_session_owner
+from zabd.zk.records import (
     Check,
     CloseSession,
     Create,
@@ -56,11 +58,9 @@ from zabd.kv.zk.records import (
     SetData,
     Write,
 )
-from zabd.kv.zk.sessions import ExpiryTracker, SessionIds, negotiate_timeout, password_digest, reattach_timeout
-from zabd.kv.zk.tree import DataTree
-from zabd.protocol.effects import CommitTo, Effect, ReadFailed, ReadReady, RoleChanged
-from zabd.protocol.messages import Txn
-from zabd.protocol.node import FOLLOWING, LEADING, Node, NotLeader
+from zabd.zk.sessions import ExpiryTracker, SessionIds, negotiate_timeout, password_digest, reattach_timeout
+from zabd.zk.tree import DataTree
+from zabd.zk.txn import T_CLOSE_SESSION, T_CREATE_SESSION, ZK_MAGIC
 
 ZK_TICK_MS = 20
 START_MS = 1_700_000_000_000
