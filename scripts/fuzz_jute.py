@@ -2,7 +2,7 @@
 """Fuzz zabd's jute codec: every decoder must take any bytes or refuse them
 with JuteError, never raise anything else, never hang.
 
-The property is tests/codec/test_jute.py's ``decode_everything`` (the one its
+The property is tests/zk/test_jute.py's ``decode_everything`` (the one its
 hypothesis fuzz tests check with a few thousand inputs); this runs it as long
 as asked, on random bytes, mutated valid bodies (requests, replies, connect
 messages, events) and splices of two of them:
@@ -25,7 +25,7 @@ from types import FrameType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.codec.test_jute import REPLY_OPS, corpus, decode_everything, mutate
+from tests.zk.test_jute import REPLY_OPS, corpus, decode_everything, mutate
 
 
 class Hang(Exception):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.codec.test_jute import corpus, mutate
+from tests.zk.test_jute import corpus, mutate
 
 from zabd.client.spawn import LocalCluster
 from zabd.zk import jute

@@ -92,7 +92,7 @@ from typing import Any
 
 import structlog
 
-from tests.codec.test_jute import corpus, mutate
+from tests.zk.test_jute import corpus, mutate
 from zabd.kv.kvmachine import KVMachine
 from zabd.server.config import ServerConfig
 from zabd.server.replica import Replica
