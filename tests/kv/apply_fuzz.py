@@ -99,7 +99,7 @@ from zabd.zk.records import (
     ttl_of,
 )
 from zabd.zk.sessions import SessionIds, password_digest
-from zabd.zk.tree import DataTree
+from zabd.zk.tree import Applied, DataTree
 
 START_MS: Final = 1_700_000_000_000
 REPLICAS: Final = 3
@@ -423,7 +423,7 @@ class ApplyFuzz:
         self.snapshot_every = snapshot_every
         self.machines = [KVMachine() for _ in range(REPLICAS)]
         # replica 1 answers none of the sessions (its setData results are None), as most replicas
-        self.machines[1].zk_answered = frozenset()
+        self.machines[1].answer_only(frozenset())
         self.workload = Workload(random.Random(self.rng.getrandbits(64)))
         self.zxid = 1 << 32
         self.index = 0
@@ -783,6 +783,11 @@ class ApplyFuzz:
         prints = [fingerprint(m) for m in machines]
         if prints[1] != prints[0] or prints[2] != prints[0]:
             raise self.fail("divergence", f"replicas differ: {prints}", payload)
+        # a ZooKeeper txn's Applied: the triggers agree everywhere, the result where it was built
+        triggers = [r.triggers if isinstance(r, Applied) else None for r in results]
+        results = [r.result if isinstance(r, Applied) else r for r in results]
+        if triggers[1] != triggers[0] or triggers[2] != triggers[0]:
+            raise self.fail("divergence", f"triggers differ: {triggers}", payload)
         if results[0] != results[2] or (results[1] is not None and results[1] != results[0]):
             raise self.fail("divergence", f"results differ: {results}", payload)
 

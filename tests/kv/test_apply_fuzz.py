@@ -26,7 +26,7 @@ from zabd.protocol.messages import Txn
 from zabd.zk import txn as tx
 from zabd.zk.errors import Code
 from zabd.zk.records import CONTAINER_OWNER, DeleteResult, ErrorResult, MultiResult, SessionResult
-from zabd.zk.tree import DataTree
+from zabd.zk.tree import Applied, DataTree
 
 T0 = 1_700_000_000_000
 OPEN = [[31, "world", "anyone"]]
@@ -52,7 +52,8 @@ class Replicas:
         assert results[1] == results[0] and results[2] == results[0]
         prints = [state_print(m) for m in self.machines]
         assert prints[1] == prints[0] and prints[2] == prints[0]
-        return results[0]
+        # a ZooKeeper txn returns its Applied (result and triggers): the result is what a client is told
+        return results[0].result if isinstance(results[0], Applied) else results[0]
 
     def zk(self, kind: int, *fields: Any, session: int = 0) -> Any:
         return self.apply(tx.encode(kind, T0, session, *fields))

@@ -302,8 +302,9 @@ def test_a_committed_write_is_answered_with_its_result_even_across_a_leader_chan
     path.on_forward_ok(wire.ForwardOk(1, z))  # committed at the leader, not applied here
     path.leader_changed("lost the connection to the leader")
     assert s.take_output() == []  # committed: not "unknown", and not "ok" either before it is applied
-    machine.apply(Txn(z, KV_MAGIC + encode_err(BAD_VERSION, "k", 0)))
+    result = machine.apply(Txn(z, KV_MAGIC + encode_err(BAD_VERSION, "k", 0)))
     Position.applied = z
+    path.answer_applied(z, result)  # the applier hands the waiting request what applying its txn returned
     path.on_applied(z)
     (answer,) = s.take_output()
     got = msgpack.unpackb(answer[4:])
@@ -352,8 +353,8 @@ def test_a_leader_answers_forwarded_writes_once_at_their_commit() -> None:
     path.commit_decided(z1)
     assert [f for _, f in links.frames] == [(wire.TAG_FORWARD_OK, 7, z1)]
     path.commit_decided(z1)  # again: nothing new
-    path.answer_applied(z1)
+    path.answer_applied(z1, None)
     assert len(links.frames) == 1
     path.commit_decided(z2)
-    path.answer_applied(z2)
+    path.answer_applied(z2, None)
     assert [f for _, f in links.frames] == [(wire.TAG_FORWARD_OK, 7, z1), (wire.TAG_FORWARD_OK, 8, z2)]

@@ -52,7 +52,7 @@ from zabd.zk.records import (
     ttl_of,
 )
 from zabd.zk.sessions import password_digest, password_matches
-from zabd.zk.tree import DataTree
+from zabd.zk.tree import Applied, DataTree
 
 T0 = 1_700_000_000_000
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -274,7 +274,7 @@ def test_set_data_of_a_session_nobody_here_answers_has_no_result() -> None:
     assert skipping.tree.digest == answering.tree.digest
 
 
-def test_machine_keeps_the_results_of_the_sessions_it_answers() -> None:
+def test_machine_builds_the_results_of_the_sessions_it_answers_only() -> None:
     from zabd.kv.kvmachine import KVMachine
     from zabd.protocol.messages import Txn
 
@@ -285,13 +285,13 @@ def test_machine_keeps_the_results_of_the_sessions_it_answers() -> None:
     m = KVMachine()
     for z, p in pipe.recorded:
         m.apply(Txn(z, p))
-    m.zk_answered = {8}
-    z7 = pipe.propose(7, SetData("/n", b"a"))
-    z8 = pipe.propose(8, SetData("/n", b"b"))
-    for z, p in pipe.pending:
-        assert m.apply(Txn(z, p)) is m.zk_result(z)
-    assert m.zk_result(z7) is None
-    assert m.zk_result(z8) == StatResult(m.zk.stat("/n"))
+    m.answer_only({8})
+    pipe.propose(7, SetData("/n", b"a"))
+    pipe.propose(8, SetData("/n", b"b"))
+    seven, eight = (m.apply(Txn(z, p)) for z, p in pipe.pending)
+    assert isinstance(seven, Applied) and isinstance(eight, Applied)
+    assert seven.result is None and seven.triggers  # no Stat built; its watches still fire
+    assert eight.result == StatResult(m.zk.stat("/n"))
 
 
 def test_set_data_to_empty() -> None:

@@ -9,9 +9,9 @@ Applying never fails: a committed txn the store or the tree cannot apply
 (``MalformedTxn``: refused whole, nothing changed) gets an error result, the
 same on every replica, and is logged once here; a replica that raised instead
 would stop, and stop again at every restart as its log replays the txn.
-Recent results are kept for the clients waiting on them, and
-``zk_applied`` (set by the server) hears of every applied ZooKeeper txn, to
-fire watches and end sessions.
+``apply`` returns what the txn did: a KV txn's ``Result``, a ZooKeeper
+txn's ``Applied`` (its result and the watches it triggers), for whoever
+waits on it and the server's watches; nothing is kept for later.
 
 A membership change (``zabd.protocol.membership``) is kept in
 ``membership_changes``: the core's membership is protocol state, and a
@@ -41,49 +41,22 @@ from zabd.protocol.messages import Txn
 from zabd.zk.errors import Code
 from zabd.zk.events import EventType
 from zabd.zk.prep import DEFAULT_MAX_DATA, ZKLeader
-from zabd.zk.records import ErrorResult, WriteResult
+from zabd.zk.records import ErrorResult
 from zabd.zk.tree import CONFIG_PATH, Applied, DataTree
-from zabd.zk.txn import ZK_MAGIC
+from zabd.zk.txn import T_ERROR, ZK_MAGIC
 
 # 0xc1 is never the first byte of a msgpack value, so no KV payload is mistaken
 # for a raw one that happens to be msgpack.
 KV_MAGIC = b"\xc1kv1"
 SNAP_MAGIC = b"\xc1zkv"
 SNAP_MAGIC_M = b"\xc1zkm"
-RESULTS_KEPT = 65536
 DIGEST_MAX_KEYS = 200_000
 _LEN = struct.Struct("<Q")
 _CHANGE = struct.Struct("<QI")
 _log = structlog.get_logger("zabd.kv")
-# the kind of the Applied a membership change hands to zk_applied: ZooKeeper's OpCode.reconfig
+# the kind of the Applied a membership change returns (its config node's watches): ZooKeeper's OpCode.reconfig
 # (no ZooKeeper txn of zabd's has it: a membership change is the core's, zabd.kv.kinds)
 RECONFIG_KIND = 16
-
-
-class _Results:
-    """The results of the last RESULTS_KEPT / 2 to RESULTS_KEPT txns of one
-    kind, by zxid: two generations of dicts that only grow, the older dropped
-    whole when the newer is full. One dict with a delete per insert cost
-    253 ns an add on every replica, this 125 (both called from Python)."""
-
-    def __init__(self) -> None:
-        self._new: dict[int, object] = {}
-        self._old: dict[int, object] = {}
-
-    def add(self, zxid: int, result: object) -> None:
-        new = self._new
-        if len(new) >= RESULTS_KEPT // 2:
-            self._old, self._new = new, {zxid: result}
-        else:
-            new[zxid] = result
-
-    def get(self, zxid: int) -> object:
-        r = self._new.get(zxid)
-        return self._old.get(zxid) if r is None else r
-
-    def clear(self) -> None:
-        self._new = {}
-        self._old = {}
 
 
 class KVMachine:
@@ -102,13 +75,7 @@ class KVMachine:
         if zk_config:
             self.zk.set_config(zk_config, 0, self._now())
         self.zk_leader = ZKLeader(self.zk, zk_max_data)
-        self.zk_applied: Callable[[int, Applied], None] | None = None
-        self.zk_restored: Callable[[], None] | None = None  # the tree was replaced by a snapshot
-        # the sessions whose writes may be answered here (set by the server:
-        # those attached to it); None: every result is kept
-        self.zk_answered: Container[int] | None = None
-        self._kv_results = _Results()
-        self._zk_results = _Results()
+        self.zk_answered: Container[int] | None = None  # see answer_only
         self.errors = 0  # committed txns not applied (malformed, or a fault)
         self.faults = 0  # of which applying raised something other than MalformedTxn: a bug
         self.membership_changes: list[tuple[int, bytes]] = []
@@ -124,32 +91,32 @@ class KVMachine:
                 result = self._refused(txn.zxid, "kv", exc)
             except Exception as exc:  # a bug, not a txn: still never a replica that cannot start
                 result = self._refused(txn.zxid, "kv", exc, fault=True)
-            self._kv_results.add(txn.zxid, result)
             self.leader.committed(txn.zxid)
         elif tag == ZK_MAGIC:
             try:
-                applied = self.zk.apply(txn.zxid, p, self.zk_answered)
+                result = self.zk.apply(txn.zxid, p, self.zk_answered)
             except MalformedTxn as exc:
                 result = self._refused(txn.zxid, "zk", exc)
             except Exception as exc:
                 result = self._refused(txn.zxid, "zk", exc, fault=True)
-            else:
-                result = applied.result
-                if result is not None:
-                    self._zk_results.add(txn.zxid, result)
-                if self.zk_applied is not None:
-                    self.zk_applied(txn.zxid, applied)
             self.zk_leader.committed(txn.zxid)
         elif p.startswith(MEMBERSHIP_MAGIC):
             record_change(self.membership_changes, txn)
-            if self._config_from(txn.zxid, p) and self.zk_applied is not None:
+            if self._config_from(txn.zxid, p):
                 # ZooKeeper's reconfig sets the node's data: its data watches fire (Curator's
                 # EnsembleTracker and zkCli's `config -w` learn of the change from them)
                 node = self.zk.nodes[CONFIG_PATH]
                 changed = (EventType.NODE_DATA_CHANGED, CONFIG_PATH, node.acl)
-                self.zk_applied(txn.zxid, Applied(RECONFIG_KIND, 0, None, [changed]))
+                result = Applied(RECONFIG_KIND, 0, None, [changed])
         self.store.applied = txn.zxid
         return result
+
+    def answer_only(self, sessions: Container[int]) -> None:
+        """Build ZooKeeper results only for the writes of ``sessions`` (a
+        server's: the table of those attached to it, which its session layer
+        keeps): a setData of any other session's gets no Stat, which nobody
+        here would read. Without it every result is built."""
+        self.zk_answered = sessions
 
     def _refused(self, zxid: int, kind: str, exc: Exception, fault: bool = False) -> object:
         """The result of a txn not applied: an error for whoever waits on it."""
@@ -164,9 +131,7 @@ class KVMachine:
                          zxid=f"{zxid:#x}", kind=kind, reason=str(exc))
         if kind == "kv":
             return Result(MALFORMED, 0)
-        result = ErrorResult(Code.MARSHALLING_ERROR)
-        self._zk_results.add(zxid, result)
-        return result
+        return Applied(T_ERROR, 0, ErrorResult(Code.MARSHALLING_ERROR), [])
 
     def _config_from(self, zxid: int, payload: bytes) -> bool:
         """ZooKeeper's ``/zookeeper/config`` after the change at ``zxid``
@@ -183,14 +148,6 @@ class KVMachine:
 
     def _now(self) -> int:
         return 0 if self.wall_ms is None else self.wall_ms()
-
-    def result(self, zxid: int) -> Result | None:
-        """The result of the KV txn at ``zxid``, if still kept here."""
-        return cast(Result | None, self._kv_results.get(zxid))
-
-    def zk_result(self, zxid: int) -> WriteResult | None:
-        """The result of the ZooKeeper txn at ``zxid``, if still kept here."""
-        return cast(WriteResult | None, self._zk_results.get(zxid))
 
     def snapshot(self) -> bytes:
         return self.encode_view(self.snapshot_view())
@@ -219,10 +176,6 @@ class KVMachine:
             self.zk.set_config(self.zk_config, 0, self._now())
         self.leader = KVLeader(self.store)
         self.zk_leader = ZKLeader(self.zk, self.zk_max_data)
-        self._kv_results.clear()
-        self._zk_results.clear()
-        if self.zk_restored is not None:
-            self.zk_restored()
 
     def snapshot_view(self) -> object:
         return (self.store.snapshot_view(), self.zk.snapshot_view(), tuple(self.membership_changes))

@@ -61,10 +61,12 @@ class Applier:
         self._index = 0
         self._list: list[Txn] = []
 
-    def commit_to(self, z: int, each: Callable[[int], None] | None = None) -> list[Txn]:
+    def commit_to(self, z: int, each: Callable[[int, object], None] | None = None) -> list[Txn]:
         """Apply every txn up to ``z`` not applied yet; returns them.
-        ``each(zxid)`` runs after each one: what a client asked after that
-        write and before the next is answered from the state between them."""
+        ``each(zxid, result)`` runs after each one, with what applying it
+        returned: its request is answered with it, and what a client asked
+        after that write and before the next is answered from the state
+        between them."""
         self.storage.commit_to(z)
         applied = self.applied
         if z <= applied:
@@ -96,10 +98,10 @@ class Applier:
         self._index = j
         apply = self.machine.apply
         for txn in new:
-            apply(txn)
+            result = apply(txn)
             if each is not None:
                 self.applied = txn.zxid
-                each(txn.zxid)
+                each(txn.zxid, result)
         self.applied = z
         if self.snapshotter is not None and new:
             self.snapshotter.applied(z, len(new))

@@ -55,6 +55,7 @@ from zabd.server.zk.words import enabled_words
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
+from zabd.zk.tree import Applied
 
 
 class Replica:
@@ -125,7 +126,7 @@ class Replica:
         self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed
         self.commit_decided = self.proposals.commit_decided
         self.pipeline = EffectPipeline(storage, self, early_propose=config.leader_early_propose,
-                                       cumulative_acks=self.node.options.cumulative_acks, install=self.sync.install)
+                                       cumulative_acks=self.node.options.cumulative_acks, install=self._install)
         self._inline_flush = type(storage) is MemoryStorage
         self._on_peer: dict[type, Callable[[int, Any], None]] = {cls: self._core_message for cls in EXTENDED_TYPES}
         self._on_peer |= {
@@ -389,9 +390,26 @@ class Replica:
 
     def committed(self, zxid: int) -> None:
         self.transport.flush()  # a leader's Commit and a follower's Acks leave before this node applies
-        new = self.applier.commit_to(zxid, self.proposals.answer_applied)
+        new = self.applier.commit_to(zxid, self._applied_one)
         self.proposals.on_applied(self.applier.applied)
         self.watches.applied(new)
+
+    def _applied_one(self, zxid: int, result: object) -> None:
+        """One txn applied: ZooKeeper's watches and sessions hear of it, then
+        the request that waited for it gets its result."""
+        if type(result) is Applied:  # a ZooKeeper txn's, or a reconfig's config node
+            if self.zk is not None:
+                self.zk.applied(zxid, result)
+            if self.keeper is not None:
+                self.keeper.applied(zxid, result)
+        self.proposals.answer_applied(zxid, result)
+
+    def _install(self, zxid: int) -> None:
+        """The core's InstallSnapshot: the received state replaces ours, and
+        ZooKeeper's clients reconnect (their watches may have missed changes)."""
+        self.sync.install(zxid)
+        if self.zk is not None:
+            self.zk.restored()
 
     # --------------------------------------------- the transport's handler side
 

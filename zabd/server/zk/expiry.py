@@ -26,8 +26,9 @@ from zabd.server.proposals import Links, ProposalPath
 from zabd.server.zk.conn import wire_write
 from zabd.server.zk.sessions import ZKSessions
 from zabd.zk.jaas import load_users
-from zabd.zk.records import CloseSession, DeleteContainer
+from zabd.zk.records import CloseSession, DeleteContainer, SessionResult
 from zabd.zk.sessions import ExpiryTracker
+from zabd.zk.tree import Applied
 
 CLEANUP_TICKS = 10
 
@@ -77,15 +78,21 @@ class SessionKeeper:
         self._epoch = -1  # the leadership whose tracker this is
         self._next_report = 0
         self._next_cleanup = 0
-        sessions.on_created = self._created
-        sessions.on_closed = self.tracker.forget
 
     def _leading(self) -> bool:
         return self.node.role == LEADING and self._epoch == self.node.current_epoch
 
-    def _created(self, sid: int, timeout_ms: int) -> None:
-        if self._leading():
-            self.tracker.track(sid, timeout_ms, self.now_ms())
+    def applied(self, zxid: int, applied: Applied) -> None:
+        """A ZooKeeper txn applied here: a session it created is tracked (by a
+        leader), one it closed forgotten."""
+        result = applied.result
+        if isinstance(result, SessionResult):
+            sid = result.session_id
+            session = self.machine.zk.sessions.get(sid)
+            if session is None:
+                self.tracker.forget(sid)
+            elif self._leading():
+                self.tracker.track(sid, session.timeout_ms, self.now_ms())
 
     def on_touch(self, peer: int, touch: wire.ZKTouch) -> None:
         if self._leading():

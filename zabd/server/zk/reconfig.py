@@ -20,7 +20,7 @@ from zabd.codec.members import decode_specs
 from zabd.kv.kvmachine import KVMachine
 from zabd.protocol.membership import ONE_AT_A_TIME, Membership
 from zabd.server.client_session import ClientSession
-from zabd.server.proposals import ZK_RECONFIG, LocalReply, ProposalPath
+from zabd.server.proposals import ZK_RECONFIG, ProposalPath, Request
 from zabd.server.reconfig import ReconfigError, requested
 from zabd.server.zk.conn import ZKConn, ZKWire
 from zabd.zk.errors import Code
@@ -34,7 +34,6 @@ class ZKReconfig:
         self.machine = machine
         self.proposals = proposals
         self.waiting: dict[tuple[int, int], ZKWire] = {}  # (connection, xid) -> its wire
-        proposals.answers[ZK_RECONFIG] = self
 
     def request(self, conn: ZKConn, io: ClientSession, xid: int, req: Reconfig) -> None:
         # ZooKeeper 3.8's order (kazoo's TestReconfig relies on it): the
@@ -57,9 +56,9 @@ class ZKReconfig:
             io.answer(conn.wire.reply(xid, 0, Code.BAD_ARGUMENTS, None))
             return
         self.waiting[(id(io), xid)] = conn.wire
-        self.proposals.submit_membership(io, xid, new, ZK_RECONFIG)
+        self.proposals.submit_membership(io, xid, new, ZK_RECONFIG, self)
 
-    def ok(self, reply: LocalReply, zxid: int) -> bytes:
+    def ok(self, reply: Request, zxid: int, result: object) -> bytes:
         wire = self.waiting.pop((id(reply.session), reply.rid), None)
         tree = self.machine.zk
         node, stat = tree.nodes.get(CONFIG), tree.stat(CONFIG)
@@ -67,7 +66,7 @@ class ZKReconfig:
             return b""
         return wire.reply(reply.rid, zxid, Code.OK, DataResult(node.data, stat))
 
-    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
+    def fail(self, reply: Request, code: str, message: str, leader: int = 0) -> bytes:
         wire = self.waiting.pop((id(reply.session), reply.rid), None)
         if wire is None:
             return b""
@@ -78,7 +77,8 @@ class ZKReconfig:
         # it applied the change here: the change may have committed or may
         # still be made, so no error code may say it was not. ZooKeeper's
         # client sees its server drop the connection and asks again elsewhere.
-        reply.session.hang_up()
+        if reply.session is not None:
+            reply.session.hang_up()
         return b""
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from zabd.codec import client as schema
 from zabd.kv.kvmachine import KVMachine
 from zabd.server.client_session import ClientSession
-from zabd.server.proposals import ZK, ZK_ATTACH, ZK_SYNC, LocalReply, ProposalPath
+from zabd.server.proposals import ZK_ATTACH, ZK_SYNC, ProposalPath, Request
 from zabd.server.zk.conn import ZKConn, ZKWire, result_code, wire_write
 from zabd.server.zk.reconfig import ZKReconfig
 from zabd.zk import acl as acls
@@ -122,18 +122,15 @@ class ZKSessions:
         self.electing = electing  # a member without a leader now: it may serve again soon
         # connects held while electing: connection -> (until, not asked again before, the connect's arguments)
         self.waiting: dict[ClientSession, tuple[int, int, tuple[Any, ...]]] = {}
-        self.on_created: Callable[[int, int], None] | None = None  # (session, timeout): the leader tracks it
-        self.on_closed: Callable[[int], None] | None = None
         self.reconfig = ZKReconfig(machine, proposals)
         self._sync_paths: dict[tuple[int, int], str] = {}
         # connects being decided (a CreateSession proposed, a re-attach asked of the leader): connection ->
         # (held until, the connect's arguments), so that one the leader change failed waits and is tried again
         self.deciding: dict[ClientSession, tuple[int, tuple[Any, ...]]] = {}
-        machine.zk_applied, machine.zk_restored = self.applied, self.restored
-        machine.zk_answered = self.attached  # no Stat, no result kept, for other sessions' setData
-        proposals.answers[ZK] = self
-        proposals.answers[ZK_SYNC] = _Answers(self.synced, self.sync_failed)
-        proposals.answers[ZK_ATTACH] = _Answers(self.reattached, self.reattach_failed)
+        machine.answer_only(self.attached)  # no Stat built for other sessions' setData
+        # the reply paths of this layer's requests (zabd.server.proposals.Answers): writes are answered by ok/fail
+        self.sync_answers = _Answers(self.synced, self.sync_failed)
+        self.attach_answers = _Answers(self.reattached, self.reattach_failed)
 
     # ------------------------------------------------------------ connecting
 
@@ -176,7 +173,7 @@ class ZKSessions:
             conn.password = os.urandom(16)
             create = CreateSession(sid, conn.timeout_ms, password_digest(conn.password))
             self.deciding[io] = (until, args)
-            self.proposals.submit(io, rid, wire_write(sid, (), create))
+            self.proposals.submit(io, rid, wire_write(sid, (), create), self)
             return True
         # Decided with the leader's knowledge, never this replica's alone: it
         # may not have applied the CreateSession yet, or the CloseSession a
@@ -185,14 +182,17 @@ class ZKSessions:
         # connection closes unanswered, as ZooKeeper's does.
         self.conns[io] = conn
         self.deciding[io] = (until, args)
-        self.proposals.sync(io, rid, ZK_ATTACH)
+        self.proposals.sync(io, rid, ZK_ATTACH, self.attach_answers)
         return True
 
-    def reattached(self, reply: LocalReply, zxid: int) -> bytes:
+    def reattached(self, req: Request, zxid: int, result: object) -> bytes:
         """A re-attach, once this replica applied the leader's commit point as of its request."""
-        _, args = self.deciding.pop(reply.session, (0, (None, 0, 0, b"")))
+        io = req.session
+        if io is None:
+            return b""
+        _, args = self.deciding.pop(io, (0, (None, 0, 0, b"")))
         session, password = args[2], args[3]
-        conn = self.conns.get(reply.session)
+        conn = self.conns.get(io)
         if conn is None or not session:
             return b""
         timeout = reattach_timeout(self.machine.zk.sessions, session, password)
@@ -200,21 +200,24 @@ class ZKSessions:
             # its CloseSession committed (or there never was such a session): only now may it say so
             self.conns.pop(conn.io, None)
             conn.io.hang_up()
-            return conn.wire.refused(reply.rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has "
-                                                                       "expired")
+            return conn.wire.refused(req.rid, Code.SESSION_EXPIRED, f"session 0x{session & (2**64 - 1):x} has "
+                                                                     "expired")
         self._attach(conn, session, timeout)
-        return conn.wire.connected(reply.rid, session, password, timeout)
+        return conn.wire.connected(req.rid, session, password, timeout)
 
-    def reattach_failed(self, reply: LocalReply, code: str, message: str) -> bytes:
+    def reattach_failed(self, req: Request, code: str, message: str, leader: int = 0) -> bytes:
         """No leader confirmed a commit point: nothing is known, nothing is said."""
-        conn = self.conns.pop(reply.session, None)
+        io = req.session
+        if io is None:
+            return b""
+        conn = self.conns.pop(io, None)
         if conn is None:
-            self.deciding.pop(reply.session, None)
+            self.deciding.pop(io, None)
             return b""
         if self._hold_again(conn.io):
             return b""
         conn.io.hang_up()
-        return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
+        return conn.wire.refused(req.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
 
     def _hold_again(self, io: ClientSession) -> bool:
         """A connect whose leader went away before it was decided, nothing
@@ -346,15 +349,15 @@ class ZKSessions:
             self.reconfig.request(conn, io, xid, req)
         elif isinstance(req, CloseSession):
             conn.closing = True
-            self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req))
+            self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req), self)
         elif isinstance(req, Write):
             if isinstance(req, CreateSession):
                 io.answer(conn.wire.reply(xid, 0, Code.BAD_ARGUMENTS, None))
             else:
-                self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req))
+                self.proposals.submit(io, xid, wire_write(conn.session, conn.auth, req), self)
         elif isinstance(req, Sync):
             self._sync_paths[(id(io), xid)] = req.path
-            self.proposals.sync(io, xid, ZK_SYNC)
+            self.proposals.sync(io, xid, ZK_SYNC, self.sync_answers)
         elif isinstance(req, Ping):
             io.open_slot(lambda: conn.wire.reply(xid, self.machine.zk.applied, Code.OK, OkResult()))
         elif isinstance(req, AddAuth):
@@ -502,43 +505,41 @@ class ZKSessions:
         result = applied.result
         if isinstance(result, SessionResult):
             sid = result.session_id
-            session = self.machine.zk.sessions.get(sid)
-            if session is not None:
-                if self.on_created is not None:
-                    self.on_created(sid, session.timeout_ms)
+            if sid in self.machine.zk.sessions:
                 return
-            if self.on_closed is not None:
-                self.on_closed(sid)
             conn = self.attached.get(sid)
             if conn is not None and not conn.closing:
                 # expired (or closed elsewhere): tell the client, then hang up
                 conn.io.push(conn.wire.event(EventType.NONE, KeeperState.EXPIRED, "", zxid))
                 self._hang_up(conn)
 
-    def ok(self, reply: LocalReply, zxid: int) -> bytes:
-        """The answer to a ZooKeeper write, once applied here."""
-        conn = self.conns.get(reply.session)
+    def ok(self, req: Request, zxid: int, result: object) -> bytes:
+        """The answer to a ZooKeeper write, once applied here: ``result`` is what applying its txn returned."""
+        io = req.session
+        conn = None if io is None else self.conns.get(io)
         if conn is None:
             return b""
         wire_ = conn.wire
-        result = self.machine.zk_result(zxid)
-        if result is None:  # not kept here any more: the client cannot be told; it learns by reconnecting
-            self._hang_up(conn)
-            return b""
-        if isinstance(result, SessionResult) and conn.session == result.session_id and not conn.closing:
+        if not isinstance(result, Applied) or result.result is None:
+            # its txn was applied here before it was known to be this write's (a snapshot install):
+            # the client cannot be told what it did; it learns by reconnecting
+            return self.fail(req, schema.LEADER_LOST, "committed, result unknown here")
+        reply = result.result
+        if isinstance(reply, SessionResult) and conn.session == reply.session_id and not conn.closing:
             self.deciding.pop(conn.io, None)
-            session = self.machine.zk.sessions.get(result.session_id)
+            session = self.machine.zk.sessions.get(reply.session_id)
             if session is None:
-                return wire_.refused(reply.rid, Code.SESSION_EXPIRED, "the session ended as it was created")
-            self._attach(conn, result.session_id, session.timeout_ms)
-            return wire_.connected(reply.rid, result.session_id, conn.password, session.timeout_ms)
-        if isinstance(result, SessionResult):  # this connection's close
+                return wire_.refused(req.rid, Code.SESSION_EXPIRED, "the session ended as it was created")
+            self._attach(conn, reply.session_id, session.timeout_ms)
+            return wire_.connected(req.rid, reply.session_id, conn.password, session.timeout_ms)
+        if isinstance(reply, SessionResult):  # this connection's close
             self._hang_up(conn)
-            return wire_.reply(reply.rid, zxid, Code.OK, OkResult())
-        return wire_.reply(reply.rid, zxid, result_code(result), None if isinstance(result, ErrorResult) else result)
+            return wire_.reply(req.rid, zxid, Code.OK, OkResult())
+        return wire_.reply(req.rid, zxid, result_code(reply), None if isinstance(reply, ErrorResult) else reply)
 
-    def fail(self, reply: LocalReply, code: str, message: str) -> bytes:
-        conn = self.conns.get(reply.session)
+    def fail(self, req: Request, code: str, message: str, leader: int = 0) -> bytes:
+        io = req.session
+        conn = None if io is None else self.conns.get(io)
         if conn is None:
             return b""
         if conn.session not in self.attached:  # a connect whose CreateSession failed
@@ -547,23 +548,23 @@ class ZKSessions:
                 return b""
             self.deciding.pop(conn.io, None)
             conn.io.hang_up()
-            return conn.wire.refused(reply.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
+            return conn.wire.refused(req.rid, Code.CONNECTION_LOSS, f"{code}: {message}")
         # the write's fate is unknown (no leader, a leader change): ZooKeeper
         # never answers ConnectionLoss, its client raises it when the
         # connection drops, and re-sends nothing
         self._hang_up(conn)
         return b""
 
-    def synced(self, reply: LocalReply, zxid: int) -> bytes:
-        conn = self.conns.get(reply.session)
-        path = self._sync_paths.pop((id(reply.session), reply.rid), "/")
+    def synced(self, req: Request, zxid: int, result: object) -> bytes:
+        conn = None if req.session is None else self.conns.get(req.session)
+        path = self._sync_paths.pop((id(req.session), req.rid), "/")
         if conn is None:
             return b""
-        return conn.wire.reply(reply.rid, zxid, Code.OK, SyncResult(path))
+        return conn.wire.reply(req.rid, zxid, Code.OK, SyncResult(path))
 
-    def sync_failed(self, reply: LocalReply, code: str, message: str) -> bytes:
-        self._sync_paths.pop((id(reply.session), reply.rid), None)
-        return self.fail(reply, code, message)
+    def sync_failed(self, req: Request, code: str, message: str, leader: int = 0) -> bytes:
+        self._sync_paths.pop((id(req.session), req.rid), None)
+        return self.fail(req, code, message)
 
     def take_touched(self) -> set[int]:
         touched, self.touched = self.touched, set()
@@ -576,8 +577,15 @@ def _ids(conn: ZKConn) -> list[acls.Id]:
 
 
 class _Answers:
-    """One kind of request's answers (``zabd.server.proposals.Answerer``), by two of the session layer's methods."""
+    """One kind of request's reply path (``zabd.server.proposals.Answers``), by two of the session layer's methods."""
 
-    def __init__(self, ok: Callable[[LocalReply, int], bytes], fail: Callable[[LocalReply, str, str], bytes]) -> None:
-        self.ok = ok
-        self.fail = fail
+    def __init__(self, ok: Callable[[Request, int, object], bytes],
+                 fail: Callable[[Request, str, str, int], bytes]) -> None:
+        self.on_ok = ok
+        self.on_fail = fail
+
+    def ok(self, req: Request, zxid: int, result: object) -> bytes:
+        return self.on_ok(req, zxid, result)
+
+    def fail(self, req: Request, code: str, message: str, leader: int = 0) -> bytes:
+        return self.on_fail(req, code, message, leader)
