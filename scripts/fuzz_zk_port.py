@@ -27,7 +27,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.zk.test_jute import corpus, mutate
-
 from zabd.client.spawn import LocalCluster
 from zabd.zk import jute
 from zabd.zk.records import GetChildren

@@ -58,7 +58,7 @@ ZK_LOG_JVMFLAGS = (
     "-cp /etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar"
     ":/usr/share/java/log4j-1.2.jar -Dzookeeper.root.logger=INFO,CONSOLE"
 )
-# ZABD_* variables zabd does not take as config (zabd.server.config.NOT_CONFIG)
+# ZABD_* variables zabd does not take as config (zabd.config.NOT_CONFIG)
 KEEP_ZABD_ENV = ("ZABD_PURE", "ZABD_PYTHON")
 
 

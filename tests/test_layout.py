@@ -94,19 +94,23 @@ LAYERS: dict[str, frozenset[str]] = {
     "zabd.sim": frozenset({"zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv"}),
     "zabd.tls": frozenset(),
     "zabd.certs": frozenset({"zabd.tls"}),
+    "zabd.tokens": frozenset(),
+    # the config model: read by the server, written through by the launchers (zabd.client)
+    "zabd.config": frozenset({"zabd.protocol", "zabd.codec", "zabd.zk", "zabd.tls", "zabd.tokens"}),
     "zabd.compiled": frozenset(),
     "zabd": frozenset({"zabd.compiled"}),
     "zabd.server": frozenset(
         {"zabd", "zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv", "zabd.tls",
-         "zabd.certs"}
+         "zabd.certs", "zabd.tokens", "zabd.config"}
     ),
     # tools that run clusters and talk to them: never the server's code, only its processes
     "zabd.client": frozenset(
-        {"zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv", "zabd.tls", "zabd.certs"}
+        {"zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv", "zabd.tls", "zabd.certs",
+         "zabd.tokens", "zabd.config"}
     ),
     "zabd.nemesis": frozenset(
         {"zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv", "zabd.tls",
-         "zabd.certs", "zabd.client"}
+         "zabd.certs", "zabd.tokens", "zabd.config", "zabd.client"}
     ),
     "zabd.pipeline": frozenset(
         {"zabd", "zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv", "zabd.sim"}

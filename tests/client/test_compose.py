@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from zabd.client.compose import CLIENT_PORT, ELECTION_PORT, PEER_PORT, ZK_PORT, render, services
-from zabd.server.config import load_config
+from zabd.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = {

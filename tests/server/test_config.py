@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zabd.server.config import ConfigError, load_config, parse_env
+from zabd.config import ConfigError, load_config, parse_env
 
 GOOD = """id = 1
 client = "127.0.0.1:7101"

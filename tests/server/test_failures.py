@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from zabd.client.spawn import LocalCluster, free_ports
+from zabd.config import ServerConfig
 from zabd.protocol.node import Node
-from zabd.server.config import ServerConfig
 from zabd.server.replica import Replica
 from zabd.storage.base import MemoryStorage
 

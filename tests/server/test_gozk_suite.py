@@ -20,7 +20,7 @@ import pytest
 
 from bench.gozk_suite import THREE, available, run_suite, table, worse_on_zabd, zookeeper_available
 from scripts.gozk_server import read_cfg, zabd_toml
-from zabd.server.config import load_config
+from zabd.config import load_config
 
 SRC = Path(os.environ.get("GOZK_SRC", "/work/gozk-src"))
 JVMFLAGS = (

@@ -18,8 +18,8 @@ from kazoo.client import KazooClient
 
 from zabd.client import Client
 from zabd.client.spawn import LocalCluster, free_ports
+from zabd.config import ServerConfig
 from zabd.server.client_session import ANSWER_BUDGET, ClientSession
-from zabd.server.config import ServerConfig
 from zabd.server.limits import ClientGuard, ClientLimits
 from zabd.server.replica import Replica
 from zabd.server.storage_factory import open_state_machine, open_storage

@@ -101,7 +101,7 @@ async def test_observers_serve_but_never_vote(tmp_path: Path) -> None:
 
 
 def test_observers_config_is_checked(tmp_path: Path) -> None:
-    from zabd.server.config import ConfigError, load_config
+    from zabd.config import ConfigError, load_config
 
     base = 'id = 1\nclient = "127.0.0.1:7000"\n[peers]\n1 = "127.0.0.1:7001"\n2 = "127.0.0.1:7002"\n'
     for observers, expected in (("[3]", "[3] not in peers"), ("[1, 2]", "at least one voter"),

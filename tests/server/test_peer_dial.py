@@ -11,8 +11,8 @@ import uvloop
 
 from zabd.client.client import Client
 from zabd.client.spawn import LocalCluster, free_ports
+from zabd.config import ServerConfig
 from zabd.server import peer_wire as wire
-from zabd.server.config import ServerConfig
 from zabd.server.replica import Replica
 from zabd.storage.base import MemoryStorage
 

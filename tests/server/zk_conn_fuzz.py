@@ -93,8 +93,8 @@ from typing import Any
 import structlog
 
 from tests.zk.test_jute import corpus, mutate
+from zabd.config import ServerConfig
 from zabd.kv.kvmachine import KVMachine
-from zabd.server.config import ServerConfig
 from zabd.server.replica import Replica
 from zabd.server.zk.port import ZKClientLink
 from zabd.server.zk.words import ZK_WORDS

@@ -10,8 +10,8 @@ import ssl
 import sys
 from typing import Any, NoReturn
 
+from zabd.config import ConfigError, ServerConfig, load_config
 from zabd.server.auth import TokenFileError
-from zabd.server.config import ConfigError, ServerConfig, load_config
 from zabd.storage.txnlog import StorageError
 from zabd.zk.jaas import JaasError
 

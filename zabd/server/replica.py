@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any
 
 from zabd import __version__
+from zabd.config import ServerConfig
 from zabd.machine import NullMachine, StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import EXTENDED_TYPES, Commit, Message, Propose, ProposeMany, SyncInfo
@@ -36,7 +37,6 @@ from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
 from zabd.server.auth import Authenticator, load_tokens
 from zabd.server.client_service import ClientService
-from zabd.server.config import ServerConfig
 from zabd.server.metrics import Counters, ReplicaCollector, registry, zookeeper_exposition
 from zabd.server.outbound import Outbound
 from zabd.server.peer_session import PeerEvent, SyncArrived

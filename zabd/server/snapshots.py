@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from zabd.config import ServerConfig
 from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
-from zabd.server.config import ServerConfig
 from zabd.storage.txnlog import StorageError
 
 log = logging.getLogger("zabd.storage")

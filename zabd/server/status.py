@@ -11,13 +11,13 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from zabd import __version__
+from zabd.config import ServerConfig
 from zabd.kv.kvmachine import KVMachine
 from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_BROADCAST
 from zabd.protocol.node import LEADING, Node, role_name
 from zabd.server.applier import Applier, Watches
-from zabd.server.config import ServerConfig
 from zabd.server.metrics import Counters, dir_bytes
 from zabd.server.proposals import ProposalPath
 from zabd.server.roles import PHASE_NAMES, RoleTracker

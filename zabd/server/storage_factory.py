@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 
 from zabd.codec.members import decode_specs, encode_addresses, zookeeper_config_text
+from zabd.config import ServerConfig
 from zabd.kv.kvmachine import KVMachine
 from zabd.machine import NullMachine, StateMachine
 from zabd.protocol.membership import Membership
-from zabd.server.config import ServerConfig
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
 

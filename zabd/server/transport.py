@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from zabd.codec.framing import FrameError
+from zabd.config import ServerConfig, parse_hostport
 from zabd.server.auth import ADMIN, RW
 from zabd.server.client_session import ClientSession
-from zabd.server.config import ServerConfig, parse_hostport
 from zabd.server.limits import ClientGuard, ClientLimits, total_connections
 from zabd.server.link import Link
 from zabd.server.memory import Trimmer

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from zabd.codec.framing import frame
+from zabd.config import ServerConfig
 from zabd.kv.kvmachine import KVMachine
 from zabd.machine import StateMachine
 from zabd.protocol.node import FOLLOWING, LEADING, Node
 from zabd.server import peer_wire as wire
-from zabd.server.config import ServerConfig
 from zabd.server.proposals import Links, ProposalPath
 from zabd.server.zk.conn import wire_write
 from zabd.server.zk.sessions import ZKSessions

@@ -22,19 +22,15 @@ import socket
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+# the words' names are the config's (zk_4lw_whitelist is checked against them)
+from zabd.config import DEFAULT_WHITELIST as DEFAULT_WHITELIST
+from zabd.config import FOUR_LETTER_WORDS as FOUR_LETTER_WORDS
+from zabd.config import ZK_WORDS as ZK_WORDS
 from zabd.server.zk import metrics as zk_metrics
 from zabd.server.zk.stats import Client
 
 # what ZooKeeper's clients parse a version from; zabd speaks its 3.8 protocol
 COMPAT_VERSION = "3.8.0"
-FOUR_LETTER_WORDS = frozenset({"ruok", "srvr", "stat", "mntr", "conf", "envi", "cons", "wchs", "dirs", "isro"})
-# every word ZooKeeper 3.8 knows (FourLetterCommands' table, less the telnet
-# close bytes, which are not a word): a connection that opens with one is
-# answered in text, even where zabd does not serve the word, so that a probe
-# reads the same bytes from zabd as from ZooKeeper
-ZK_WORDS = FOUR_LETTER_WORDS | {"crst", "dump", "gtmk", "stmk", "srst", "wchc", "wchp", "hash"}
-# ZooKeeper's 4lw.commands.whitelist when it is not set
-DEFAULT_WHITELIST = ("srvr",)
 # ZooKeeper's answer to these words while it serves no clients
 NEEDS_SERVING = frozenset({"srvr", "stat", "mntr", "conf", "cons", "wchs", "dirs"})
 NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"

@@ -3,6 +3,13 @@
 Validated by one pydantic model. Every failure becomes a :class:`ConfigError`
 whose message is one line naming the field, the value and what was expected,
 because the operator reading it may be looking at a container's last log line.
+
+The model is the one list of fields: the server's components get what they
+need from it (``core_options()``, ``storage_options()``, ...), and the
+launchers (``LocalCluster``, ``zabd cluster``, ``zabd compose``) write their
+TOML and environment through ``to_toml``/``to_env``, so no key is typed twice.
+It lives outside ``zabd.server`` because the client side writes configs too
+and may not import the server.
 """
 
 from __future__ import annotations
@@ -11,16 +18,17 @@ import json
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
 from zabd.codec.members import WILDCARDS, PeerSpec, parse_spec
 from zabd.protocol.options import Options, for_server
-from zabd.server.auth import TokenFileError, load_tokens
-from zabd.server.zk.words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS, ZK_WORDS
 from zabd.tls import tls_files_problem
+from zabd.tokens import TokenFileError, load_tokens
 from zabd.zk.jaas import JaasError, load_users
 
 ENV_PREFIX = "ZABD_"
@@ -29,6 +37,23 @@ ENV_PREFIX = "ZABD_"
 # the compose files mount; a server started beside them must not refuse them
 NOT_CONFIG = frozenset({"ZABD_PURE", "ZABD_PYTHON", "ZABD_TOKEN", "ZABD_TLS_DIR"})
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+# ZooKeeper's four-letter words, as far as zk_4lw_whitelist may name them (the
+# answers are zabd.server.zk.words'): the ones zabd answers, and every word
+# ZooKeeper 3.8 knows (FourLetterCommands' table, less the telnet close bytes,
+# which are not a word): a connection that opens with one is answered in text,
+# even where zabd does not serve the word, so that a probe reads the same bytes
+# from zabd as from ZooKeeper
+FOUR_LETTER_WORDS = frozenset({"ruok", "srvr", "stat", "mntr", "conf", "envi", "cons", "wchs", "dirs", "isro"})
+ZK_WORDS = FOUR_LETTER_WORDS | {"crst", "dump", "gtmk", "stmk", "srst", "wchc", "wchp", "hash"}
+# ZooKeeper's 4lw.commands.whitelist when it is not set
+DEFAULT_WHITELIST = ("srvr",)
+
+# A field's marks (pydantic's json_schema_extra): SHOWN fields are what ZooKeeper's
+# ``conf`` word prints (never a secret, such as the superuser digest, or a file path
+# of a key); HIDDEN ones are test hooks no error message or listing offers.
+SHOWN: dict[str, Any] = {"zabd_conf": True}
+HIDDEN: dict[str, Any] = {"zabd_hidden": True}
 
 
 class ConfigError(Exception):
@@ -46,6 +71,38 @@ def parse_hostport(value: str) -> tuple[str, int]:
     return host.strip("[]"), port
 
 
+@dataclass(frozen=True, slots=True)
+class StorageOptions:
+    """What the storage backend is opened with (``zabd.server.storage_factory``)."""
+
+    kind: Literal["memory", "disk"]
+    data_dir: str
+    fsync: bool
+    segment_bytes: int
+    window: int  # txns kept in memory: the core's window, so the log keeps what the core does
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotOptions:
+    """The background snapshots' rules (``zabd.server.snapshots``)."""
+
+    snap_count: int
+    retain: int  # snapshots kept; 0: never purge
+    seed: int  # this node's: the nodes of a cluster do not all snapshot at once
+
+
+@dataclass(frozen=True, slots=True)
+class ZkOptions:
+    """ZooKeeper's session layer's settings (``zabd.server.zk.expiry``)."""
+
+    server_id: int
+    tick_ms: int
+    super_digest: str | None
+    read_only: bool
+    sasl_jaas: str | None
+    sasl_super_user: str | None
+
+
 class ServerConfig(BaseModel):
     """One replica's configuration. ``peers`` maps every node id of the
     ensemble (this node's included) to its quorum ``host:port``, or to
@@ -54,9 +111,9 @@ class ServerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    id: int = Field(ge=1, le=255, description="this node's id (1..n)")
+    id: int = Field(ge=1, le=255, description="this node's id (1..n)", json_schema_extra=SHOWN)
     peers: dict[int, str] = Field(description="every node's quorum host:port or ZooKeeper server spec, this node's "
-                                              "included")
+                                              "included", json_schema_extra=SHOWN)
     # ids of peers that are observers (ZooKeeper's observers): they follow the leader, hold
     # every txn and serve clients, but never vote, never count toward a quorum and never
     # lead. The same list on every node (env: '4,5').
@@ -64,15 +121,16 @@ class ServerConfig(BaseModel):
     # true: this node starts outside the membership (peers lists the members and
     # this node): it waits to be added by a membership change (zabd reconfig)
     join: bool = False
-    client: str = Field(description="client service host:port")
-    data_dir: str = "data"
-    tick_ms: int = Field(default=10, ge=1, le=10_000)
+    client: str = Field(description="client service host:port", json_schema_extra=SHOWN)
+    data_dir: str = Field("data", json_schema_extra=SHOWN)
+    tick_ms: int = Field(default=10, ge=1, le=10_000, json_schema_extra=SHOWN)
     # Election jitter is mix(seed ^ id ^ t): use one seed for the whole
     # cluster (per-node seeds such as base + id can cancel the id).
     seed: int = Field(default=0, ge=0, le=2**64 - 1)
     # disk: the durable log in data_dir (zabd/storage); memory keeps nothing across restarts
-    storage: Literal["memory", "disk"] = "disk"
-    fsync: bool = True  # false: benchmarks only (a crash can lose acknowledged writes); warned at start
+    storage: Literal["memory", "disk"] = Field("disk", json_schema_extra=SHOWN)
+    # false: benchmarks only (a crash can lose acknowledged writes); warned at start
+    fsync: bool = Field(True, json_schema_extra=SHOWN)
     # true: the leader's Broadcast(Propose) may leave while its own append syncs, as ZooKeeper's
     # leader does (a proposal acknowledges nothing; Commit and client answers still wait for the
     # sync). Off by default: every send that follows a persist waits for it ("persist before you speak").
@@ -80,7 +138,7 @@ class ServerConfig(BaseModel):
     # kv: committed txns are applied to the key-value store (zabd/kv); none: the log is the state
     state_machine: Literal["kv", "none"] = "kv"
     # a background snapshot every snap_count/2 + rand(snap_count/2) applied txns (disk storage)
-    snap_count: int = Field(default=100_000, ge=2, le=2**31)
+    snap_count: int = Field(default=100_000, ge=2, le=2**31, json_schema_extra=SHOWN)
     snap_retain: int = Field(default=3, ge=1, le=1000)  # snapshots kept; older ones and their log purged
     # true: after each snapshot, delete snapshots beyond snap_retain and the log
     # segments they cover (logged); false: keep everything (disk grows forever)
@@ -127,14 +185,14 @@ class ServerConfig(BaseModel):
     admin: str = ""
     # host:port of ZooKeeper's client port (its jute protocol: kazoo, zkCli,
     # ZooKeeper's Java client) on the same tree; empty: off
-    zookeeper: str = ""
+    zookeeper: str = Field("", json_schema_extra=SHOWN)
     # host:port of a TLS ZooKeeper port beside it (ZooKeeper's secureClientPort), with
     # the tls_ca/tls_cert/tls_key files and tls_client_certs; empty: off
     zookeeper_secure: str = ""
     # ZooKeeper's readonlymode.enabled: a node cut off from a quorum serves
     # reads to clients that ask for read-only (their sessions are this node's
     # alone; writes get NotReadOnly; they move when the quorum is back)
-    zk_read_only: bool = False
+    zk_read_only: bool = Field(False, json_schema_extra=SHOWN)
     # TLS (off by default): PEM files of the cluster's CA, this node's
     # certificate (its subjectAltName must hold zabd-node-<id>) and key.
     # tls_peer: mutual TLS between nodes, each side checking the other's id;
@@ -158,12 +216,12 @@ class ServerConfig(BaseModel):
     tls_admin_names: list[str] = Field(default_factory=list)
     # a storage flush slower than this is logged as a warning (and counted in /metrics)
     slow_fsync_ms: int = Field(default=1000, ge=1, le=600_000)
-    # ZooKeeper's data model (zabd/kv/zk): session timeouts are negotiated
+    # ZooKeeper's data model (zabd/zk): session timeouts are negotiated
     # between 2 and 20 zk_tick_ms (ZooKeeper's tickTime); znode data is at most
     # zk_max_data bytes (jute.maxbuffer); zk_super_digest ("super:<base64 sha1>",
     # from zabd.zk.acl.digest_id) is a superuser who passes every ACL
-    zk_tick_ms: int = Field(default=2000, ge=10, le=60_000)
-    zk_max_data: int = Field(default=1 << 20, ge=1, le=1 << 30)
+    zk_tick_ms: int = Field(default=2000, ge=10, le=60_000, json_schema_extra=SHOWN)
+    zk_max_data: int = Field(default=1 << 20, ge=1, le=1 << 30, json_schema_extra=SHOWN)
     zk_super_digest: str = ""
     # SASL DIGEST-MD5 on ZooKeeper's port (kazoo's sasl_options, the Java client's JAAS Client
     # section): a JAAS file whose Server section holds the users, as ZooKeeper's
@@ -178,9 +236,12 @@ class ServerConfig(BaseModel):
     # on, as in ZooKeeper; any other word gets ZooKeeper's refusal. The default
     # is ZooKeeper's: cons/stat (client addresses, session ids), conf/envi/dirs
     # (data directory, host) and mntr stay closed until they are listed.
-    zk_4lw_whitelist: list[str] = Field(default_factory=lambda: list(DEFAULT_WHITELIST))
+    zk_4lw_whitelist: list[str] = Field(default_factory=lambda: list(DEFAULT_WHITELIST), json_schema_extra=SHOWN)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Test hook, offered nowhere: "ack_leader" makes the server SIGKILL itself right after
+    # an AckLeader frame was queued for its socket (tests/durable/test_persist_order.py)
+    test_crash_after: Literal["", "ack_leader"] = Field("", json_schema_extra=HIDDEN)
 
     @field_validator("zk_super_digest")
     @classmethod
@@ -365,6 +426,36 @@ class ServerConfig(BaseModel):
         Storage keeps the same window (``open_storage`` reads it from here)."""
         return for_server(self.history_window, self.diff_limit, max(1, self.sync_retry_ms // self.tick_ms))
 
+    def storage_options(self) -> StorageOptions:
+        return StorageOptions(self.storage, self.data_dir, self.fsync, self.log_segment_bytes,
+                              self.core_options().window)
+
+    def snapshot_options(self) -> SnapshotOptions:
+        seed = self.seed ^ (self.id * 0x9E3779B97F4A7C15 & 0xFFFF_FFFF_FFFF_FFFF)
+        return SnapshotOptions(self.snap_count, self.snap_retain if self.autopurge else 0, seed)
+
+    def zk_options(self) -> ZkOptions:
+        return ZkOptions(self.id, self.zk_tick_ms, self.zk_super_digest or None, self.zk_read_only,
+                         self.zk_sasl_jaas or None, self.zk_sasl_super_user or None)
+
+    def conf_view(self) -> dict[str, Any]:
+        """What ZooKeeper's ``conf`` word shows: the SHOWN fields, ``zookeeper``
+        as this node listens (taken from its spec when the field is empty)."""
+        conf = {name: getattr(self, name) for name in SHOWN_FIELDS}
+        conf["zookeeper"] = self.zookeeper_listen
+        return conf
+
+    # ------------------------------------------------- what launchers write
+
+    def to_toml(self) -> str:
+        """The TOML file of the fields given (not those left at their default):
+        ``load_config`` reads it back to an equal config."""
+        return to_toml(self.model_dump(exclude_unset=True))
+
+    def to_env(self) -> dict[str, str]:
+        """The ``ZABD_*`` variables of the fields given; ``load_config`` reads them back."""
+        return to_env(self.model_dump(exclude_unset=True))
+
     # --------------------------------------------------------------- helpers
 
     @property
@@ -424,10 +515,20 @@ class ServerConfig(BaseModel):
 FIELDS = ServerConfig.model_fields
 
 
+def _marked(info: FieldInfo, mark: dict[str, Any]) -> bool:
+    extra = info.json_schema_extra
+    return isinstance(extra, dict) and all(extra.get(k) == v for k, v in mark.items())
+
+
+SHOWN_FIELDS = tuple(name for name, info in FIELDS.items() if _marked(info, SHOWN))
+# the fields error messages offer (test hooks left out)
+OFFERED = tuple(name for name, info in FIELDS.items() if not _marked(info, HIDDEN))
+
+
 def _expected(field: str) -> str:
     info = FIELDS.get(field)
     if info is None:
-        return f"one of the fields {', '.join(FIELDS)}"
+        return f"one of the fields {', '.join(OFFERED)}"
     ann = info.annotation
     if field == "zk_4lw_whitelist":
         return "a list of four-letter words or '*' (env: 'srvr,mntr')"
@@ -487,7 +588,11 @@ def parse_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _env_names() -> str:
-    return ", ".join(ENV_PREFIX + f.upper() for f in FIELDS)
+    return ", ".join(env_name(f) for f in OFFERED)
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
 
 
 def _parse_env_peers(raw: str) -> dict[str, str]:
@@ -517,7 +622,7 @@ def format_validation_error(exc: ValidationError, data: Mapping[str, Any]) -> st
     if kind == "missing":
         return f"config error: field {name!r} is missing; expected {_expected(field)}"
     if kind == "extra_forbidden":
-        return f"config error: field {name!r} = {err['input']!r}: unknown field; expected one of {', '.join(FIELDS)}"
+        return f"config error: field {name!r} = {err['input']!r}: unknown field; expected one of {', '.join(OFFERED)}"
     value = data.get(field, err.get("input"))
     if field == "peers" and msg.startswith(("peers.", "missing peer", "peer id", "expected")):
         return f"config error: field 'peers' = {value!r}: {msg}"
@@ -546,21 +651,47 @@ def load_config(path: str | Path | None, environ: Mapping[str, str] | None = Non
         raise ConfigError(format_validation_error(exc, data)) from None
 
 
-def config_to_toml(config: ServerConfig) -> str:
-    """The TOML form of ``config`` (used by tests and the local spawner)."""
-    lines = []
-    for name in FIELDS:
-        if name == "peers":
-            continue
-        value = getattr(config, name)
-        if isinstance(value, bool):
-            lines.append(f"{name} = {'true' if value else 'false'}")
-        elif isinstance(value, int):
-            lines.append(f"{name} = {value}")
-        else:
-            lines.append(f"{name} = {json.dumps(value)}")
-    lines.append("")
-    lines.append("[peers]")
-    for node_id in sorted(config.peers):
-        lines.append(f'{node_id} = "{config.peers[node_id]}"')
+def _field(name: str) -> FieldInfo:
+    info = FIELDS.get(name)
+    if info is None:  # a launcher's typo: a program error, not a user's
+        raise KeyError(f"{name!r} is not a ServerConfig field")
+    return info
+
+
+def env_value(name: str, value: Any) -> str:
+    """``value`` of field ``name`` as ``parse_env`` reads it back."""
+    _field(name)
+    if name == "peers":
+        return ",".join(f"{node_id}={addr}" for node_id, addr in value.items())
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def to_env(values: Mapping[str, Any]) -> dict[str, str]:
+    """Field values -> ``ZABD_*`` variables, in the order given."""
+    return {env_name(name): env_value(name, value) for name, value in values.items()}
+
+
+def toml_value(name: str, value: Any) -> str:
+    """``value`` of field ``name`` as TOML (not ``peers``: a table of its own)."""
+    _field(name)
+    if isinstance(value, bool):  # before int: bool is an int, and TOML spells it lowercase
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    # JSON's strings and arrays of strings or integers are TOML's too
+    return json.dumps(list(value) if isinstance(value, tuple) else value)
+
+
+def to_toml(values: Mapping[str, Any]) -> str:
+    """Field values -> a TOML config file, in the order given, ``peers`` last
+    (a table: every key after its header belongs to it)."""
+    lines = [f"{name} = {toml_value(name, value)}" for name, value in values.items() if name != "peers"]
+    if "peers" in values:
+        _field("peers")
+        lines.append("[peers]")
+        lines += [f"{node_id} = {json.dumps(addr)}" for node_id, addr in values["peers"].items()]
     return "\n".join(lines) + "\n"
