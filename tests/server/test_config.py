@@ -187,13 +187,13 @@ def test_storage_factory(tmp_path: Path) -> None:
     path.write_text(GOOD.replace("id = 1", f'id = 1\ndata_dir = "{tmp_path / "data"}"'))
     from zabd.storage.disk import DiskStorage
 
-    assert isinstance(open_storage(load_config(path, {"ZABD_STORAGE": "memory"})), MemoryStorage)
-    disk = open_storage(load_config(path, {}))  # disk is the default
+    assert isinstance(open_storage(load_config(path, {"ZABD_STORAGE": "memory"}).storage_options()), MemoryStorage)
+    disk = open_storage(load_config(path, {}).storage_options())  # disk is the default
     assert isinstance(disk, DiskStorage) and disk.fsync
     disk.load()
     disk.close()
     assert os.path.isdir(tmp_path / "data" / "log")
-    nosync = open_storage(load_config(path, {"ZABD_FSYNC": "false"}))
+    nosync = open_storage(load_config(path, {"ZABD_FSYNC": "false"}).storage_options())
     assert isinstance(nosync, DiskStorage) and not nosync.fsync
 
 

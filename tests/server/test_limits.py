@@ -254,7 +254,7 @@ async def test_a_closed_connection_leaves_nothing_behind_though_its_objects_were
     reference counting alone, buffers of half-received frames included."""
     peer, client = free_ports(2)
     cfg = ServerConfig(id=1, peers={1: f"127.0.0.1:{peer}"}, client=f"127.0.0.1:{client}", storage="memory")
-    r = Replica(cfg, open_storage(cfg), open_state_machine(cfg))
+    r = Replica(cfg, open_storage(cfg.storage_options()), open_state_machine(cfg))
     await r.start()
     try:
         socks = [_connect(client) for _ in range(20)]

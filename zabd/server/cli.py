@@ -38,7 +38,7 @@ async def _run(config: ServerConfig) -> int:
     from zabd.server.storage_factory import open_state_machine, open_storage
 
     try:
-        storage = open_storage(config)
+        storage = open_storage(config.storage_options())
     except OSError as exc:
         # a file where the folder should be, a path under /proc, no permission: a config mistake
         print(_data_dir_error(config, exc), file=sys.stderr)

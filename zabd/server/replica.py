@@ -84,7 +84,8 @@ class Replica:
         self.snapshotter = None
         if self.disk is not None and not isinstance(self.machine, NullMachine):
             self.snapshotter = Snapshotter.for_server(
-                config, self.disk, self.machine, self._snapshot_failed, self._purged, self._snapshot_taken
+                config.snapshot_options(), self.disk, self.machine, self._snapshot_failed, self._purged,
+                self._snapshot_taken,
             )
         self.applier = Applier(
             self.node, storage, self.machine, self.recovered.applied, config.max_frame, self.snapshotter

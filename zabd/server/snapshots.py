@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from zabd.config import ServerConfig
+from zabd.config import SnapshotOptions
 from zabd.machine import StateMachine
 from zabd.protocol import zxid as zx
 from zabd.storage.txnlog import StorageError
@@ -62,17 +62,16 @@ class Snapshotter:
     @classmethod
     def for_server(
         cls,
-        config: ServerConfig,
+        options: SnapshotOptions,
         store: SnapshotStore,
         machine: StateMachine,
         on_error: Callable[[BaseException], None],
         on_purge: Callable[[int, int], None] | None = None,
         on_taken: Callable[[float], None] | None = None,
     ) -> Snapshotter:
-        # a per-node seed, so that the nodes of a cluster do not all snapshot at once
-        seed = config.seed ^ (config.id * 0x9E3779B97F4A7C15 & 0xFFFF_FFFF_FFFF_FFFF)
-        return cls(store, machine, snap_count=config.snap_count, retain=config.snap_retain if config.autopurge else 0,
-                   seed=seed, on_error=on_error, on_purge=on_purge, on_taken=on_taken)
+        """A server's snapshotter, as ``ServerConfig.snapshot_options()`` says."""
+        return cls(store, machine, snap_count=options.snap_count, retain=options.retain, seed=options.seed,
+                   on_error=on_error, on_purge=on_purge, on_taken=on_taken)
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from zabd.codec.members import decode_specs, encode_addresses, zookeeper_config_text
-from zabd.config import ServerConfig
+from zabd.config import ServerConfig, StorageOptions
 from zabd.kv.kvmachine import KVMachine
 from zabd.machine import NullMachine, StateMachine
 from zabd.protocol.membership import Membership
@@ -16,19 +16,19 @@ from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
 
 
-def open_storage(config: ServerConfig) -> Storage:
-    """``DiskStorage`` in ``config.data_dir`` (its ``load()`` is the server's
+def open_storage(options: StorageOptions) -> Storage:
+    """``DiskStorage`` in ``options.data_dir`` (its ``load()`` is the server's
     recovery and raises ``StorageError`` with one line naming file, offset
-    and problem) or ``MemoryStorage``."""
-    if config.storage == "memory":
+    and problem) or ``MemoryStorage`` (``ServerConfig.storage_options()``)."""
+    if options.kind == "memory":
         return MemoryStorage()
-    seg = config.log_segment_bytes
+    seg = options.segment_bytes
     return DiskStorage(
-        config.data_dir,
-        fsync=config.fsync,
+        options.data_dir,
+        fsync=options.fsync,
         segment_bytes=seg,
         prealloc_bytes=min(seg, 16 << 20),
-        window=config.core_options().window,  # the core's: the log keeps in memory what the core does
+        window=options.window,
     )
 
 

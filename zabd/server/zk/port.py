@@ -336,12 +336,6 @@ class ZKClientLink(ClientLink):
         self.port.closed(self.session)
 
 
-# what ``conf`` shows (never a secret such as the superuser digest); the words read zk_read_only and
-# zk_4lw_whitelist from here
-CONF_FIELDS = ("id", "client", "zookeeper", "peers", "tick_ms", "zk_tick_ms", "zk_max_data", "zk_read_only", "storage",
-               "data_dir", "snap_count", "fsync", "zk_4lw_whitelist")
-
-
 def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, status: Status,
                         kick: Callable[[], None], log: Any, metrics: ZkMetrics | None = None) -> ZKPort | None:
     """ZooKeeper's client port, if the configuration names one and the server
@@ -350,8 +344,9 @@ def open_zookeeper_port(transport: Transport, sessions: ZKSessions | None, statu
     addr, secure = cfg.zookeeper_addr, cfg.zookeeper_secure_addr
     if (addr is None and secure is None) or sessions is None:
         return None
-    conf = {k: v for k, v in cfg.model_dump().items() if k in CONF_FIELDS}
-    conf["zookeeper"] = cfg.zookeeper_listen  # as taken from this node's spec when the field is empty
+    # what ``conf`` shows: the fields the model marks SHOWN (never a secret such as the superuser
+    # digest); the words read zk_read_only and zk_4lw_whitelist from here
+    conf = cfg.conf_view()
     port = ZKPort(sessions, status, conf, kick, log, metrics)
     sessions.refused = transport.refusals.refused  # a flood of failed SASL exchanges is not a flood of lines
     if addr is not None:
