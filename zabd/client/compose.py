@@ -1,7 +1,8 @@
 """``zabd compose``: docker-compose files for an N-node cluster.
 
 Every node is configured only through ``ZABD_*`` environment variables (the
-same fields as the TOML file), keeps its log on disk in a named volume at
+same fields as the TOML file, named and spelled by the config model's
+``to_env``), keeps its log on disk in a named volume at
 /data (so it survives ``down`` and ``up``; ``down -v`` deletes it), publishes
 its client port on the host's loopback only as 127.0.0.1:7000+i and
 ZooKeeper's client port as 127.0.0.1:2180+i (2181, 2182, ...), and has a
@@ -33,6 +34,8 @@ import json
 import os
 import sys
 from typing import Any
+
+from zabd.config import to_env
 
 PEER_PORT = 2888
 ELECTION_PORT = 3888  # ZooKeeper's election port: zabd takes the same peer links there (docs/zookeeper.md)
@@ -77,27 +80,35 @@ def services(
     ``context`` is the build context (the folder with the Dockerfile)
     relative to the compose file's folder: Compose resolves it from there."""
     members = members or n
-    peers = ",".join(f"{i}={spec(i)}" for i in range(1, members + 1))
+    peers = {i: spec(i) for i in range(1, members + 1)}
     doc: dict[str, Any] = {"services": {}, "volumes": {}}
     for i in range(1, n + 1):
+        fields: dict[str, Any] = {
+            "id": i,
+            # a node that joins later lists the first members and itself
+            "peers": peers if i <= members else peers | {i: spec(i)},
+            "client": f"0.0.0.0:{CLIENT_PORT}",
+            "data_dir": "/data",
+            "storage": storage,
+            "tick_ms": tick_ms,
+            # the same on every node (the core mixes in the id itself)
+            "seed": 1,
+            "admin": f"0.0.0.0:{ADMIN_PORT}",
+            "zookeeper": f"0.0.0.0:{ZK_PORT}",
+        }
+        if i > members:
+            fields["join"] = True
+        if tls:
+            fields |= {"tls_ca": "/tls/ca.pem", "tls_cert": f"/tls/node{i}.pem", "tls_key": f"/tls/node{i}.key",
+                       "tls_peer": True, "tls_client": True, "tls_client_certs": "optional"}
         doc["services"][f"zabd{i}"] = {
             "image": image,
             "build": context,
             "hostname": f"zabd{i}",
             "command": ["serve"],
-            "environment": {
-                "ZABD_ID": str(i),
-                # a node that joins later lists the first members and itself
-                "ZABD_PEERS": peers if i <= members else f"{peers},{i}={spec(i)}",
-                "ZABD_CLIENT": f"0.0.0.0:{CLIENT_PORT}",
-                "ZABD_DATA_DIR": "/data",
-                "ZABD_STORAGE": storage,
-                "ZABD_TICK_MS": str(tick_ms),
-                # the same on every node (the core mixes in the id itself)
-                "ZABD_SEED": "1",
-                "ZABD_ADMIN": f"0.0.0.0:{ADMIN_PORT}",
-                "ZABD_ZOOKEEPER": f"0.0.0.0:{ZK_PORT}",
-            },
+            # the certificates are the container's (/tls), so the model cannot read them here:
+            # the fields are written, not checked (tests/client/test_compose.py loads them)
+            "environment": to_env(fields),
             # loopback only: the client ports have no authentication by default
             "ports": [f"127.0.0.1:{HOST_CLIENT_BASE + i}:{CLIENT_PORT}", f"127.0.0.1:{HOST_ZK_BASE + i}:{ZK_PORT}"],
             "volumes": [f"zabd{i}-data:/data"] + ([TLS_MOUNT] if tls else []),
@@ -115,17 +126,6 @@ def services(
             # `docker-compose -p NAME start zabdI` (or `up -d`)
             "restart": "unless-stopped",
         }
-        if i > members:
-            doc["services"][f"zabd{i}"]["environment"]["ZABD_JOIN"] = "true"
-        if tls:
-            doc["services"][f"zabd{i}"]["environment"] |= {
-                "ZABD_TLS_CA": "/tls/ca.pem",
-                "ZABD_TLS_CERT": f"/tls/node{i}.pem",
-                "ZABD_TLS_KEY": f"/tls/node{i}.key",
-                "ZABD_TLS_PEER": "true",
-                "ZABD_TLS_CLIENT": "true",
-                "ZABD_TLS_CLIENT_CERTS": "optional",
-            }
         doc["volumes"][f"zabd{i}-data"] = {}
     return doc
 

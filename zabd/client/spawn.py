@@ -25,7 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pydantic import ValidationError
+
 from zabd.client.client import Client, ZabdError
+from zabd.config import ConfigError, ServerConfig, format_validation_error
 
 # (node id, argv, environment, output file) -> the started process
 Spawner = Callable[[int, list[str], dict[str, str], BinaryIO], "subprocess.Popen[bytes]"]
@@ -142,19 +145,63 @@ class LocalCluster:
             self._client_tls = client_tls(str(d / "ca.pem"), str(d / "client1.pem"), str(d / "client1.key"))
         return self._client_tls
 
-    def _security_lines(self, i: int) -> list[str]:
-        lines = []
+    def _security_fields(self, i: int) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
         if self.tls_dir is not None:
             d = self.tls_dir
-            lines += [f'tls_ca = "{d / "ca.pem"}"', f'tls_cert = "{d / f"node{i}.pem"}"',
-                      f'tls_key = "{d / f"node{i}.key"}"', f'tls_client_certs = "{self.client_certs}"']
+            fields |= {"tls_ca": str(d / "ca.pem"), "tls_cert": str(d / f"node{i}.pem"),
+                       "tls_key": str(d / f"node{i}.key"), "tls_client_certs": self.client_certs}
             if self.tls:
-                lines += ["tls_peer = true", "tls_client = true"]
+                fields |= {"tls_peer": True, "tls_client": True}
             if self.zk_secure_ports:
-                lines.append(f'zookeeper_secure = "{self.zk_secure_addr(i)}"')
+                fields["zookeeper_secure"] = self.zk_secure_addr(i)
         if self.tokens is not None:
-            lines.append(f'auth_tokens_file = "{self.base / "tokens"}"')
-        return lines
+            fields["auth_tokens_file"] = str(self.base / "tokens")
+        return fields
+
+    def node_fields(self, i: int) -> dict[str, Any]:
+        """Node ``i``'s config fields as this cluster gives them (``extra`` last)."""
+        fields: dict[str, Any] = {
+            "id": i,
+            "client": self.client_addr(i),
+            "zookeeper": self.zk_addr(i),
+            "data_dir": str(self.base / f"data{i}"),
+            "tick_ms": self.tick_ms,
+            # one seed for the whole cluster, as in the simulator: the
+            # jitter is mix(seed ^ id ^ t), so per-node seeds like base+id
+            # can cancel the id and give two nodes the same deadlines
+            "seed": self.seed,
+            "storage": self.storage,
+            "fsync": self.fsync,
+            "log_level": self.log_level,
+            **self._security_fields(i),
+        }
+        if self.admin_ports:
+            fields["admin"] = f"{self.hosts[i]}:{self.admin_ports[i]}"
+        fields |= self.extra
+        if i > self.members:
+            fields["join"] = True
+        observers = self.extra.get("observers", ())
+        fields["peers"] = {j: self.spec(j, "observer" if j in observers else "participant")
+                           for j in range(1, self.n + 1) if j <= self.members or j == i}
+        return fields
+
+    def node_config(self, i: int, **overrides: Any) -> ServerConfig:
+        """Node ``i``'s config, checked by the server's own model: a bad
+        ``extra`` field is a one-line ConfigError here, before any process
+        starts. Its files (certificates, tokens) are read, so
+        :meth:`write_configs` makes them first."""
+        fields = self.node_fields(i) | overrides
+        try:
+            return ServerConfig.model_validate(fields)
+        except ValidationError as exc:
+            raise ConfigError(format_validation_error(exc, fields)) from None
+
+    def write_config(self, i: int, path: Path | None = None, **overrides: Any) -> Path:
+        """Write node ``i``'s config file (to ``path``, default :meth:`config_path`)."""
+        path = path or self.config_path(i)
+        path.write_text(self.node_config(i, **overrides).to_toml())
+        return path
 
     def write_configs(self) -> None:
         self.base.mkdir(parents=True, exist_ok=True)
@@ -165,44 +212,15 @@ class LocalCluster:
         if self.tokens is not None:
             (self.base / "tokens").write_text("".join(f"{t} {role}\n" for t, role in self.tokens.items()))
         for i in range(1, self.n + 1):
-            lines = [
-                f"id = {i}",
-                f'client = "{self.client_addr(i)}"',
-                f'zookeeper = "{self.zk_addr(i)}"',
-                f'data_dir = "{self.base / f"data{i}"}"',
-                f"tick_ms = {self.tick_ms}",
-                # one seed for the whole cluster, as in the simulator: the
-                # jitter is mix(seed ^ id ^ t), so per-node seeds like base+id
-                # can cancel the id and give two nodes the same deadlines
-                f"seed = {self.seed}",
-                f'storage = "{self.storage}"',
-                f"fsync = {'true' if self.fsync else 'false'}",
-                f'log_level = "{self.log_level}"',
-            ]
-            lines += self._security_lines(i)
-            if self.admin_ports:
-                lines.append(f'admin = "{self.hosts[i]}:{self.admin_ports[i]}"')
-            for key, value in self.extra.items():
-                if isinstance(value, bool):  # before int: bool is an int, and TOML spells it lowercase
-                    lines.append(f"{key} = {'true' if value else 'false'}")
-                elif isinstance(value, str):
-                    lines.append(f'{key} = "{value}"')
-                else:
-                    lines.append(f"{key} = {value!r}")
-            if i > self.members:
-                lines.append("join = true")
-            lines.append("[peers]")
-            for j in range(1, self.n + 1):
-                if j <= self.members or j == i:
-                    role = "observer" if j in self.extra.get("observers", ()) else "participant"
-                    lines.append(f'{j} = "{self.spec(j, role)}"')
-            self.config_path(i).write_text("\n".join(lines) + "\n")
+            self.write_config(i)
 
-    def start_node(self, i: int) -> None:
+    def start_node(self, i: int, config: Path | None = None) -> None:
+        """Start node ``i`` on its config file, or on ``config`` (one made by
+        :meth:`write_config` with overrides, for this start only)."""
         log = self.base / f"node{i}.log"
         self.log_files[i] = log
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZABD_")}
-        argv = [sys.executable, "-m", "zabd", "serve", "--config", str(self.config_path(i))]
+        argv = [sys.executable, "-m", "zabd", "serve", "--config", str(config or self.config_path(i))]
         with open(log, "ab") as out:
             if self._spawn is not None:
                 self.procs[i] = self._spawn(i, argv, env, out)
