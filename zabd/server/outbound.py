@@ -13,7 +13,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from zabd.protocol.effects import SendSync
 from zabd.protocol.messages import AckLeader, Commit, Message, NewLeader, Propose, ProposeMany, SyncInfo
@@ -22,11 +22,6 @@ from zabd.server import peer_wire as wire
 from zabd.server.sync import SyncService
 from zabd.server.transport import Transport
 from zabd.server.zk.metrics import ZkMetrics
-
-# Test hook (not a ZABD_* variable: those are config fields): SIGKILL this
-# process right after an AckLeader frame was queued for its socket.
-CRASH_ENV = "ZABDTEST_CRASH_AFTER"
-__all__ = ["CRASH_ENV", "Outbound"]
 
 
 class Outbound:
@@ -39,8 +34,11 @@ class Outbound:
         max_frame: int,
         log: Any,
         metrics: ZkMetrics | None = None,
+        crash_after: Literal["", "ack_leader"] = "",
     ) -> None:
-        """``metrics``: where the leader's proposals and commits are counted (ZooKeeper's names)."""
+        """``metrics``: where the leader's proposals and commits are counted (ZooKeeper's names);
+        ``crash_after``: the config's test hook (``test_crash_after``): "ack_leader" SIGKILLs this
+        process right after an AckLeader frame was queued for its socket."""
         self.metrics = metrics
         self.max_frame = max_frame
         self.node = node
@@ -48,7 +46,7 @@ class Outbound:
         self.sync = sync
         self.now = now
         self.log = log
-        self.crash_after = os.environ.get(CRASH_ENV, "")
+        self.crash_after = crash_after
 
     def send(self, peer: int, msg: Message) -> None:
         net = self.transport

@@ -121,7 +121,8 @@ class Replica:
             self.proposals, self.applier, self.watches, self.machine, self.status, self.log, self.auth, self.zk
         )
         self.outbound = Outbound(
-            self.node, self.transport, self.sync, self.now, config.max_frame, self.log, self.counters.zk
+            self.node, self.transport, self.sync, self.now, config.max_frame, self.log, self.counters.zk,
+            crash_after=config.test_crash_after,
         )
         self.send, self.broadcast, self.send_sync = self.outbound.send, self.outbound.broadcast, self.outbound.send_sync
         self.read_ready, self.read_failed = self.proposals.read_ready, self.proposals.read_failed
