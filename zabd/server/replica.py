@@ -112,7 +112,8 @@ class Replica:
                                  enabled_words(config.zk_4lw_whitelist, config.zk_read_only),
                                  zookeeper_exposition(self.status, self.counters, config.zk_read_only))
         # ZooKeeper sessions live beside the KV store in the same machine
-        self.zk, self.keeper = zookeeper_layer(config, self.node, self.machine, self.proposals, self, self.log)
+        self.zk, self.keeper = zookeeper_layer(config.zk_options(), self.node, self.machine, self.proposals, self,
+                                               self.log)
         self.zk_port = open_zookeeper_port(self.transport, self.zk, self.status, self._kick, self.log,
                                            self.counters.zk)
         self.status.zk, self.status.zk_port = self.zk, self.zk_port

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zabd.codec.framing import frame
-from zabd.config import ServerConfig
+from zabd.config import ZkOptions
 from zabd.kv.kvmachine import KVMachine
 from zabd.machine import StateMachine
 from zabd.protocol.node import FOLLOWING, LEADING, Node
@@ -38,17 +38,17 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-def zookeeper_layer(config: ServerConfig, node: Node, machine: StateMachine, proposals: ProposalPath,
+def zookeeper_layer(options: ZkOptions, node: Node, machine: StateMachine, proposals: ProposalPath,
                     links: Links, log: Any) -> tuple[ZKSessions | None, SessionKeeper | None]:
     """The ZooKeeper session layer and its keeper, for a server whose state
     machine holds the tree (none for ``state_machine = "none"``)."""
     if not isinstance(machine, KVMachine):
         return None, None
-    sessions = ZKSessions(machine, proposals, config.id, config.zk_tick_ms, config.zk_super_digest or None,
-                          wall_ms, log, lambda: serving(node), config.zk_read_only,
-                          load_users(config.zk_sasl_jaas) if config.zk_sasl_jaas else None,
-                          config.zk_sasl_super_user or None, electing=lambda: electing(node))
-    keeper = SessionKeeper(node, machine, sessions, proposals, links, config.zk_tick_ms, wall_ms, log)
+    o = options
+    sessions = ZKSessions(machine, proposals, o.server_id, o.tick_ms, o.super_digest, wall_ms, log,
+                          lambda: serving(node), o.read_only, load_users(o.sasl_jaas) if o.sasl_jaas else None,
+                          o.sasl_super_user, electing=lambda: electing(node))
+    keeper = SessionKeeper(node, machine, sessions, proposals, links, o.tick_ms, wall_ms, log)
     return sessions, keeper
 
 
