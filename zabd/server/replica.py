@@ -55,6 +55,7 @@ from zabd.server.zk.words import enabled_words
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
+from zabd.zk.records import SessionResult
 from zabd.zk.tree import Applied
 
 
@@ -403,7 +404,7 @@ class Replica:
         if type(result) is Applied:  # a ZooKeeper txn's, or a reconfig's config node
             if self.zk is not None:
                 self.zk.applied(zxid, result)
-            if self.keeper is not None:
+            if self.keeper is not None and type(result.result) is SessionResult:  # a session made or ended
                 self.keeper.applied(zxid, result)
         self.proposals.answer_applied(zxid, result)
 
