@@ -175,7 +175,7 @@ def test_no_cycles_between_packages() -> None:
 
 
 def test_server_modules_are_clean() -> None:
-    # no line cap: a file is as long as its one job needs (DEVELOPERS.md)
+    # no line cap: a file is as long as its one job needs (CONTRIBUTING.md, "Layering rules")
     problems = []
     for path in sorted((PKG / "server").rglob("*.py")):
         text = path.read_text()
