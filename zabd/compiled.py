@@ -50,7 +50,7 @@ MODULES = (
     "zabd.zk.paths",
     "zabd.kv.kvmachine",
     "zabd.storage.txnlog",
-    "zabd.server.pipeline",
+    "zabd.storage.effect_pipeline",
     "zabd.server.payloads",
     "zabd.server.applier",
     "zabd.server.peer_session",

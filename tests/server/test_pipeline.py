@@ -32,8 +32,8 @@ from zabd.protocol.messages import (
 )
 from zabd.protocol.node import LEADING, Node
 from zabd.protocol.options import for_server
-from zabd.server.pipeline import EffectPipeline
 from zabd.storage.disk import DiskStorage
+from zabd.storage.effect_pipeline import EffectPipeline
 from zabd.storage.epochs import read_epochs
 from zabd.storage.txnlog import iter_records
 

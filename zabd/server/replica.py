@@ -40,7 +40,6 @@ from zabd.server.client_service import ClientService
 from zabd.server.metrics import Counters, ReplicaCollector, registry, zookeeper_exposition
 from zabd.server.outbound import Outbound
 from zabd.server.peer_session import PeerEvent, SyncArrived
-from zabd.server.pipeline import EffectPipeline
 from zabd.server.proposals import ProposalPath
 from zabd.server.recovery import Recovered, recover
 from zabd.server.roles import RoleTracker
@@ -55,6 +54,7 @@ from zabd.server.zk.words import enabled_words
 from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
+from zabd.storage.effect_pipeline import EffectPipeline
 from zabd.zk.records import SessionResult
 from zabd.zk.tree import Applied
 

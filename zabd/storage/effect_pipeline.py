@@ -1,5 +1,11 @@
 """The core's effects carried out in order: persist before you speak.
 
+Shared by both drivers: the server (``zabd.server.replica``, over
+``DiskStorage`` or ``MemoryStorage``) and the simulator's ``pipeline``
+variant (``zabd.sim.pipes``, over a simulated disk that flushes some ticks
+later and loses what was not flushed on a crash), so the checker sees the
+ordering the server really uses.
+
 Socket-free: persist effects go to a :class:`~zabd.storage.base.Storage` at
 once (buffered); every other effect that follows a persist not yet durable
 waits, in order, until ``flushed`` reports the flush that covers it. What the
@@ -34,6 +40,12 @@ Liberties, none visible to the protocol:
   apply while the leader does, as ZooKeeper's leader sends COMMIT before it
   applies; a follower still hears which txn each of its writes became before
   the Commit that covers it.
+
+``commits_pass`` and ``pair_commits`` (both on in the server) turn the last two
+off; the simulator draws them, with ``early_propose`` and ``cumulative_acks``,
+from its seed. ``early_sends`` is a planted bug for the simulator's checker and
+never set by the server: a ``Send`` (an Ack, an AckEpoch...) leaves at once, before
+the persist it follows is durable.
 """
 
 from __future__ import annotations
@@ -91,12 +103,18 @@ class EffectPipeline:
         early_propose: bool = False,
         cumulative_acks: bool = False,
         install: Callable[[int], None] | None = None,
+        commits_pass: bool = True,
+        pair_commits: bool = True,
+        early_sends: bool = False,
     ) -> None:
         """``install``: carries out InstallSnapshot (state machine and storage)."""
         self.storage = storage
         self.speaker = speaker
         self.early_propose = early_propose
         self.cumulative_acks = cumulative_acks
+        self.commits_pass = commits_pass
+        self.pair_commits = pair_commits
+        self.early_sends = early_sends  # a planted bug (see the module's docstring)
         self.written = 0  # persist effects handed to storage
         self.durable = 0  # persist effects known durable
         self.held: deque[tuple[int, Effect]] = deque()
@@ -151,7 +169,7 @@ class EffectPipeline:
                 continue  # said with its CommitTo
             if held or self.written > self.durable:
                 early = self.early_propose and not held and isinstance(e, Broadcast) and type(e.msg) in _PROPOSALS
-                if early or self._may_pass(e):
+                if early or (self.commits_pass and self._may_pass(e)) or (self.early_sends and cls is Send):
                     paired = self._say(e, effects, i, last_commit)
                 else:
                     if not _passable(e):
@@ -166,7 +184,7 @@ class EffectPipeline:
     def _say(self, e: Effect, effects: list[Effect], i: int, last_commit: int) -> bool:
         """Carry out ``e``; True if it was a CommitTo said together with the
         Commit that follows it (the leader's commit)."""
-        if type(e) is CommitTo and last_commit == i + 1:
+        if type(e) is CommitTo and last_commit == i + 1 and self.pair_commits:
             self._commit(e.zxid, effects[last_commit])
             return True
         self._speak[type(e)](e)
@@ -213,7 +231,8 @@ class EffectPipeline:
                 after = held[0][1]
                 if type(after) is Send and type(after.msg) is Ack and after.dst == e.dst:
                     continue  # the next Ack, to the same leader, covers this one
-            if type(e) is CommitTo and held and held[0][0] <= durable and _is_commit(held[0][1]):
+            if (self.pair_commits and type(e) is CommitTo and held and held[0][0] <= durable
+                    and _is_commit(held[0][1])):
                 self._blockers -= 1
                 self._commit(e.zxid, held.popleft()[1])
                 continue
