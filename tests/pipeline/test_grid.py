@@ -78,6 +78,10 @@ def test_rows_match_the_schema_and_are_deterministic() -> None:
         ({"scenarios": 5, "rounds": "1000"}, "rounds: '1000' is not an integer"),
         ({"scenarios": 5, "faults_per_run": []}, "faults_per_run: empty list"),
         ({"scenarios": 5, "canaries": ["nope"]}, "canaries: 'nope' is not a hand-made history"),
+        ({"scenarios": 5, "variant": "pipelined"}, "variant: 'pipelined' is not a protocol variant"),
+        ({"scenarios": 5, "plant": "early-send"}, "plant: early-send is planted in the pipeline variant only"),
+        ({"scenarios": 5, "variant": "pipeline", "plant": "x"}, "plant: 'x' is not a bug to plant"),
+        ({"scenarios": 5, "variant": "pipeline", "workload": "zk"}, "workload: 'zk' with variant 'pipeline'"),
     ],
 )
 def test_bad_grid_values_name_the_field(values: dict[str, object], message: str) -> None:
@@ -100,3 +104,11 @@ def test_grid_file(tmp_path: object) -> None:
     f.write_text("scenarios = \n")
     with pytest.raises(GridError, match="not valid TOML"):
         load_grid_file(str(f))
+
+
+def test_the_pipeline_variant_rows_replay_with_their_command() -> None:
+    g = grid(scenarios=6, variant="pipeline", plant="early-send", faults_per_run=[6])
+    assert g.command().endswith("--variant pipeline --plant early-send")
+    row = run_index(g, 2)
+    assert row["command"].endswith("--variant pipeline --plant early-send --check")
+    assert "crash:1@" in row["faults"] and "crash:2@" in row["faults"]  # power losses among the faults

@@ -211,6 +211,31 @@ def test_the_server_variant_sweeps_and_replays(spark: Any, tmp_path: Path) -> No
     sweep_and_replay(spark, grid, tmp_path, "--variant server --check")
 
 
+def test_the_pipeline_variant_sweeps_and_replays(spark: Any, tmp_path: Path) -> None:
+    """--variant pipeline: the server's EffectPipeline over disks that lose
+    unflushed writes, power losses among the faults; a row replays."""
+    grid = make_grid(
+        {"scenarios": 120, "seed": 5, "nodes": [3, 5], "rounds": [1500], "proposals": [60],
+         "faults_per_run": [0, 6], "variant": "pipeline"}
+    )
+    sweep_and_replay(spark, grid, tmp_path, "--variant pipeline --check")
+
+
+def test_a_sweep_catches_the_bug_planted_in_the_pipeline(spark: Any, tmp_path: Path) -> None:
+    """--plant early-send: an Ack may leave before the append it acknowledges
+    is durable; a small sweep reports acked-lost, and its row replays."""
+    grid = make_grid(
+        {"scenarios": 200, "seed": 2, "nodes": [3, 5], "rounds": [1500], "proposals": [60],
+         "faults_per_run": [3, 6], "variant": "pipeline", "plant": "early-send"}
+    )
+    report = sweep(spark, grid, str(tmp_path), progress=False, plots=False)
+    assert report.failures > 0
+    found = [r for r in report.failed_rows if r["violation_kind"] == "acked-lost"]
+    assert found, report.failed_rows
+    proc = run_cli(*shlex.split(found[0]["reproducer"])[1:])
+    assert proc.returncode == 1 and "acked-lost" in proc.stderr
+
+
 def sweep_and_replay(spark: Any, grid: Grid, out: Path, tail: str) -> None:
     """No failure; every fault-free run commits; a row's command replays its digest."""
     report = sweep(spark, grid, str(out), progress=False, plots=False)

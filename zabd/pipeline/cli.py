@@ -1,8 +1,8 @@
 """``zabd pipeline``: Spark sweeps of simulated scenarios and audits of real logs.
 
     zabd pipeline sweep --scenarios N --out DIR [--seed S] [--nodes 3,5,7] [--rounds R,...]
-                        [--proposals K,...] [--faults-per-run F,...] [--variant canonical|server]
-                        [--workload raw|zk] [--changes-per-run C] [--task-size T] [--master URL]
+                        [--proposals K,...] [--faults-per-run F,...] [--variant canonical|server|pipeline]
+                        [--workload raw|zk] [--changes-per-run C] [--plant BUG] [--task-size T] [--master URL]
                         [--quiet] [--no-plots]
     zabd pipeline sweep --grid FILE.toml [--out DIR] [--master URL] ...
     zabd pipeline audit DIR... [--out DIR] [--master URL] [--quiet]
@@ -95,7 +95,8 @@ def spark_unavailable() -> str | None:
 # -------------------------------------------------------------------- sweep
 
 SWEEP_GRID_OPTIONS = (
-    "scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run", "variant", "workload", "changes-per-run"
+    "scenarios", "seed", "nodes", "rounds", "proposals", "faults-per-run", "variant", "workload", "changes-per-run",
+    "plant",
 )
 SWEEP_OPTIONS = (*SWEEP_GRID_OPTIONS, "grid", "out", "master", "task-size")
 SWEEP_FLAGS = ("quiet", "no-plots")
@@ -138,7 +139,7 @@ def sweep_main(argv: list[str]) -> int:
             for name, (lo, hi) in limits.items():
                 if name in p.values:
                     values[name.replace("-", "_")] = list(parse_int_csv(f"--{name}", p.values[name], lo, hi))
-            for name in ("variant", "workload"):
+            for name in ("variant", "workload", "plant"):
                 if name in p.values:
                     values[name] = p.values[name]
             if "changes-per-run" in p.values:

@@ -60,13 +60,17 @@ class Grid:
     proposals: tuple[int, ...]
     faults_per_run: tuple[int, ...]
     canaries: tuple[str, ...] = ()
-    # "server": the server's protocol variant (windowed, sync plans); not canonical
+    # "server": the server's protocol variant (windowed, sync plans); "pipeline": that
+    # variant through the server's EffectPipeline over disks that lose unflushed
+    # writes, with power losses among the faults (zabd.sim.pipes); neither canonical
     variant: str = "canonical"
     # "zk": ZooKeeper requests and a tree per node (zabd.sim.zk_workload); not canonical
     workload: str = "raw"
     # membership changes asked of the leader per scenario (zabd.sim.faults.random_changes),
     # with 0..nodes-1 nodes starting outside the ensemble; not canonical
     changes_per_run: int = 0
+    # a bug planted in the pipeline variant (zabd.sim.pipes.PLANTS): the sweep must report it
+    plant: str = ""
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -97,6 +101,7 @@ class Grid:
             "variant": self.variant,
             "workload": self.workload,
             "changes_per_run": self.changes_per_run,
+            "plant": self.plant,
         }
 
     def command(self) -> str:
@@ -112,6 +117,7 @@ class Grid:
             + (f" --variant {self.variant}" if self.variant != "canonical" else "")
             + (f" --workload {self.workload}" if self.workload != "raw" else "")
             + (f" --changes-per-run {self.changes_per_run}" if self.changes_per_run else "")
+            + (f" --plant {self.plant}" if self.plant else "")
         )
 
 
@@ -185,7 +191,7 @@ def check_canaries(field: str, value: object) -> tuple[str, ...]:
 
 GRID_KEYS = (
     "scenarios", "seed", "nodes", "rounds", "proposals", "faults_per_run", "canaries", "variant", "workload",
-    "changes_per_run", "task_size", "out",
+    "changes_per_run", "plant", "task_size", "out",
 )
 DEFAULTS: dict[str, object] = {
     "seed": 0,
@@ -202,6 +208,8 @@ def make_grid(values: dict[str, object], where: str = "") -> Grid:
     merged = {**DEFAULTS, **values}
     if "scenarios" not in merged:
         raise GridError(f"{where}scenarios: missing (expected the number of scenarios, 1..={INT63_MAX})")
+    if merged.get("variant") == "pipeline" and merged.get("workload", "raw") != "raw":
+        raise GridError(f"{where}workload: {merged['workload']!r} with variant 'pipeline' (it runs raw payloads only)")
     return Grid(
         scenarios=_int(f"{where}scenarios", merged["scenarios"], 0, INT63_MAX),
         seed=_int(f"{where}seed", merged["seed"], 0, INT63_MAX),
@@ -213,14 +221,27 @@ def make_grid(values: dict[str, object], where: str = "") -> Grid:
         variant=check_variant(f"{where}variant", merged.get("variant", "canonical")),
         workload=check_workload(f"{where}workload", merged.get("workload", "raw")),
         changes_per_run=_int(f"{where}changes_per_run", merged.get("changes_per_run", 0), 0, MAX_FAULTS_PER_RUN),
+        plant=check_plant(f"{where}plant", merged.get("plant", ""), merged.get("variant", "canonical")),
     )
 
 
 def check_variant(field: str, value: object) -> str:
-    from zabd.protocol.options import VARIANTS
+    from zabd.sim.simulator import SIM_VARIANTS
 
-    if not isinstance(value, str) or value not in VARIANTS:
-        raise GridError(f"{field}: {value!r} is not a protocol variant (expected one of {', '.join(VARIANTS)})")
+    if not isinstance(value, str) or value not in SIM_VARIANTS:
+        raise GridError(f"{field}: {value!r} is not a protocol variant (expected one of {', '.join(SIM_VARIANTS)})")
+    return value
+
+
+def check_plant(field: str, value: object, variant: object) -> str:
+    from zabd.sim.pipes import PLANTS
+
+    if value == "":
+        return ""
+    if not isinstance(value, str) or value not in PLANTS:
+        raise GridError(f"{field}: {value!r} is not a bug to plant (expected one of {', '.join(PLANTS)})")
+    if variant != "pipeline":
+        raise GridError(f"{field}: {value} is planted in the pipeline variant only (variant is {variant!r})")
     return value
 
 

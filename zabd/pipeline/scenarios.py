@@ -12,11 +12,10 @@ from typing import Any
 
 from zabd.pipeline.grid import Grid, Task
 from zabd.pipeline.handmade import HANDMADE, run_handmade
-from zabd.protocol.options import VARIANTS
 from zabd.sim.checker import Violation
-from zabd.sim.faults import Cut, format_faults, random_changes, random_faults
+from zabd.sim.faults import Cut, format_faults, pipeline_faults, random_changes, random_faults
 from zabd.sim.run import run_scenario
-from zabd.sim.simulator import SimConfig
+from zabd.sim.simulator import SimConfig, variant_options
 
 # (name, type, nullable). Types are Spark SQL names; ARROW maps them.
 COLUMNS: tuple[tuple[str, str, bool], ...] = (
@@ -75,15 +74,17 @@ def scenario_config(grid: Grid, index: int) -> tuple[int, SimConfig, int]:
     """(cell, config, requested faults) of simulator scenario ``index``."""
     c, cell = grid.cell_of(index)
     seed = grid.scenario_seed(index)
-    faults = tuple(random_faults(seed, cell.nodes, cell.rounds, cell.faults_per_run))
+    options, pipeline = variant_options(grid.variant)
+    draw = pipeline_faults if pipeline else random_faults  # the former adds power losses
+    faults = tuple(draw(seed, cell.nodes, cell.rounds, cell.faults_per_run))
     spares = 0
     if grid.changes_per_run:
         # some nodes start outside the ensemble, so that adds have someone to add
         spares = (seed >> 16) % cell.nodes
         changes = random_changes(seed, cell.nodes, cell.rounds, grid.changes_per_run)
         faults = tuple(sorted((*faults, *changes), key=lambda e: e.start if isinstance(e, Cut) else e.at))
-    config = SimConfig(seed, cell.nodes, cell.rounds, cell.proposals, faults=faults, options=VARIANTS[grid.variant],
-                       workload=grid.workload, spares=spares)
+    config = SimConfig(seed, cell.nodes, cell.rounds, cell.proposals, faults=faults, options=options,
+                       workload=grid.workload, spares=spares, pipeline=pipeline, plant=grid.plant)
     return c, config, cell.faults_per_run
 
 

@@ -18,6 +18,14 @@ Invariants (the first violation is kept, with tick and node):
   epoch when the commit happens.
 * ``non-voter-led``: a node leads only while its history makes it a voter
   (an observer, or a node outside the membership, never leads).
+* ``acked-lost`` (the pipeline variant): nothing acknowledged to a client is
+  lost after any crash: a zxid whose CommitTo a node's EffectPipeline released
+  (the point where a server applies it and answers the clients waiting on
+  it: the leader its own, a follower those it forwarded) is in the history of
+  every leader established afterwards, and of every established leader of a
+  later epoch when it is acknowledged. There a node's commits count when its
+  pipeline releases them, not when its core decides them (a leader decides
+  before its own append is durable; a crash can still take that back).
 * ``membership-rule``: a leader proposes a membership change only once every
   earlier change it holds is committed, and one that changes at most one
   voter (zabd.protocol.membership), so consecutive majorities intersect.
@@ -70,11 +78,14 @@ class SafetyChecker:
         reproducer: str = "",
         history_of: Callable[[Node], Sequence[Txn]] | None = None,
         initial: Membership | None = None,
+        released_commits: bool = False,
     ) -> None:
         """``history_of``: a node's full history, when the core keeps only a
         window of it (the windowed variant reads it off the node's disk).
         ``initial``: the membership the run started with (from its
-        configuration, not from the nodes); None: every node votes."""
+        configuration, not from the nodes); None: every node votes.
+        ``released_commits``: commits come from ``record_released`` (the
+        pipeline variant), not from the CommitTo effects ``observe`` sees."""
         self.reproducer = reproducer
         self.initial = initial
         self.history_of: Callable[[Node], Sequence[Txn]] = history_of or _in_memory
@@ -86,6 +97,8 @@ class SafetyChecker:
         self._histories: dict[int, Sequence[Txn]] = {}
         self._ordered_len: dict[int, int] = {}  # prefix length verified for history-order
         self._agreed_len: dict[int, int] = {}  # prefix length verified against `committed`
+        self.released_commits = released_commits
+        self.acknowledged: Txn | None = None  # the newest txn acknowledged to a client
 
     # ----------------------------------------------------------------- output
 
@@ -135,6 +148,11 @@ class SafetyChecker:
         self.established[node] = epoch
         for txn in history:
             self.proposed.setdefault(txn.zxid, txn.payload)
+        acked = self.acknowledged
+        if acked is not None and not _holds(history, acked):
+            self._fail(tick, node, "acked-lost",
+                       f"leader of epoch {epoch} lacks zxid {zx.fmt(acked.zxid)}, acknowledged to a client")
+            return
         committed = self.committed
         if len(history) < len(committed) or list(history[: len(committed)]) != committed:
             missing = next(
@@ -159,7 +177,8 @@ class SafetyChecker:
         start = self._agreed_len.get(node, 0)
         idx = start - 1 if start > 0 else 0
         n = len(history)
-        if start == 0 or idx >= n:
+        if start == 0 or idx >= n or history[idx].zxid > last_committed:
+            # (the pipeline variant releases commits the core passed already)
             idx = bisect_left(history, last_committed, key=txn_zxid)
         else:
             while idx < n and history[idx].zxid < last_committed:
@@ -209,6 +228,37 @@ class SafetyChecker:
                             return
         self._agreed_len[node] = k
 
+    def record_acknowledged(self, tick: int, node: int, txn: Txn) -> None:
+        """``node`` answered the clients waiting on ``txn`` and every txn before it."""
+        if self.acknowledged is not None and txn.zxid <= self.acknowledged.zxid:
+            return
+        self.acknowledged = txn
+        epoch = txn.zxid >> 32
+        for leader, led in self.established.items():
+            if led > epoch and not _holds(self._histories.get(leader, ()), txn):
+                self._fail(tick, leader, "acked-lost", f"zxid {zx.fmt(txn.zxid)} acknowledged at node {node} but "
+                           f"missing from the established leader of epoch {led}")
+                return
+
+    def record_released(self, tick: int, node: Node, zxid: int) -> None:
+        """The pipeline variant: ``node``'s pipeline released ``CommitTo(zxid)``."""
+        if self.violation is not None:
+            return
+        history = self.history_of(node)
+        self.record_commit(tick, node.id, zxid, history)
+        if self.violation is None:
+            i = bisect_left(history, zxid, key=txn_zxid)
+            if i < len(history):
+                self.record_acknowledged(tick, node.id, history[i])
+
+    def record_recovered(self, tick: int, node: Node) -> None:
+        """The pipeline variant: ``node`` crashed and restarted from its disk."""
+        if self.violation is not None:
+            return
+        history = self.history_of(node)
+        self.record_history(tick, node.id, history, True)
+        self.record_commit(tick, node.id, node.last_committed, history)
+
     # -------------------------------------------------------- effect adapter
 
     def observe(self, tick: int, node: Node, effects: list[Effect]) -> None:
@@ -230,7 +280,7 @@ class SafetyChecker:
                         self._check_change(tick, node, txn)
             elif cls is ReplaceHistory or cls is TruncateAppend or cls is InstallSnapshot:
                 history_changed = replaced = commit_changed = True
-            elif cls is CommitTo:
+            elif cls is CommitTo and not self.released_commits:
                 commit_changed = True
             elif cls is RoleChanged:
                 rc: RoleChanged = eff  # type: ignore[assignment]
@@ -291,3 +341,8 @@ class SafetyChecker:
 
 def _in_memory(node: Node) -> Sequence[Txn]:
     return node.history
+
+
+def _holds(history: Sequence[Txn], txn: Txn) -> bool:
+    i = bisect_left(history, txn.zxid, key=txn_zxid)
+    return i < len(history) and history[i] == txn

@@ -8,7 +8,11 @@ Beyond the spec: ``--check`` runs the safety checker (exit 1 on a violation),
 ``--random-faults COUNT`` draws a seeded fault schedule and prints it on stderr
 as ``faults: SPEC`` so the run replays with ``--faults SPEC``; ``--variant
 server`` runs the protocol variant the server runs (``zabd.protocol.options``;
-not canonical: its digests are not the spec's); ``--workload zk`` proposes
+not canonical: its digests are not the spec's), and ``--variant pipeline``
+runs it with every node's effects through the server's EffectPipeline over
+a disk that flushes late and loses unflushed writes on a crash
+(``zabd.sim.pipes``; ``--plant early-send`` plants a bug there for the checker
+to catch); ``--workload zk`` proposes
 ZooKeeper requests decided by the leader and applied to a tree on every node
 (``zabd.sim.zk_workload``; not canonical either); ``--observers K`` makes the
 last K nodes observers, members that never vote, and ``--spares S`` starts
@@ -24,7 +28,6 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from zabd.protocol.options import VARIANTS
 from zabd.protocol.zxid import CounterOverflow
 from zabd.sim.faults import (
     Cut,
@@ -32,10 +35,12 @@ from zabd.sim.faults import (
     FaultSpecError,
     format_faults,
     parse_faults,
+    pipeline_faults,
     random_changes,
     random_faults,
 )
-from zabd.sim.simulator import WORKLOADS
+from zabd.sim.pipes import PLANTS
+from zabd.sim.simulator import SIM_VARIANTS, WORKLOADS, variant_options
 
 if TYPE_CHECKING:
     from zabd.sim.checker import Violation
@@ -45,7 +50,7 @@ U64_MAX = (1 << 64) - 1
 _DECIMAL = re.compile(r"[0-9]+")
 VALUE_OPTIONS = (
     "seed", "nodes", "rounds", "proposals", "partition", "faults", "dump", "random-faults", "variant", "workload",
-    "observers", "spares", "random-changes",
+    "observers", "spares", "random-changes", "plant",
 )
 FLAG_OPTIONS = ("check",)
 REQUIRED = ("seed", "nodes", "rounds", "proposals")
@@ -61,8 +66,8 @@ class HelpRequested(Exception):
 
 
 HELP = """usage: zabd sim --seed S --nodes N --rounds R --proposals K [--partition s,d,...] [--faults SPEC]
-                [--dump FILE] [--check] [--random-faults COUNT] [--variant canonical|server]
-                [--workload raw|zk] [--observers K] [--spares S] [--random-changes COUNT]
+                [--dump FILE] [--check] [--random-faults COUNT] [--variant canonical|server|pipeline]
+                [--workload raw|zk] [--observers K] [--spares S] [--random-changes COUNT] [--plant BUG]
 
 Run the deterministic simulator (spec ../shared/spec/canonical-sim.md) and print the
 SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
@@ -78,7 +83,10 @@ SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
   --dump FILE           write the canonical dump to FILE
   --check               run the safety checker after every handler; exit 1 on a violation
   --random-faults COUNT draw a fault schedule from the seed (printed on stderr as faults: SPEC)
-  --variant NAME        canonical (default) or server (the server's variant; not the spec's digests)
+  --variant NAME        canonical (default), server (the server's variant; not the spec's digests) or
+                        pipeline (the server's variant, every node's effects through the server's
+                        EffectPipeline over a disk that flushes 1..10 ticks late and loses unflushed
+                        writes on a crash; pipeline options drawn from the seed; not the spec's digests)
   --workload NAME       raw (default: zab-N payloads) or zk (ZooKeeper sessions, znodes, multi, ACLs,
                         expiry, a tree per node checked by --check; not the spec's digests)
   --observers K         the last K nodes are observers: they follow and hold every txn but never
@@ -86,6 +94,8 @@ SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
   --spares S            the last S nodes start outside the ensemble (not the spec's digests)
   --random-changes COUNT draw membership changes (add:N@T, observe:N@T, remove:N@T, as in
                         --faults) from the seed, printed on stderr as changes: SPEC
+  --plant BUG           (--variant pipeline) plant a bug for --check to catch: early-send (a Send
+                        leaves before the persist it follows is durable)
 
 Options are --name value (not --name=value); numbers are plain decimals.
 Usage errors: one line on stderr, nothing on stdout, exit 2."""
@@ -107,6 +117,7 @@ class SimArgs:
     observers: int = 0
     spares: int = 0
     random_changes: int | None = None
+    plant: str = ""
 
 
 def plain_decimal(name: str, text: str, limit: int = U64_MAX) -> int:
@@ -182,11 +193,18 @@ def parse_args(argv: list[str]) -> SimArgs:
             raise UsageError("--random-faults and --faults exclude each other")
         rf = plain_decimal("random-faults", raw["random-faults"], 10_000)
     variant = raw.get("variant", "canonical")
-    if variant not in VARIANTS:
-        raise UsageError(f"--variant: {variant!r} is not a variant; expected one of {', '.join(VARIANTS)}")
+    if variant not in SIM_VARIANTS:
+        raise UsageError(f"--variant: {variant!r} is not a variant; expected one of {', '.join(SIM_VARIANTS)}")
     workload = raw.get("workload", "raw")
     if workload not in WORKLOADS:
         raise UsageError(f"--workload: {workload!r} is not a workload; expected one of {', '.join(WORKLOADS)}")
+    if variant == "pipeline" and workload != "raw":
+        raise UsageError(f"--workload {workload} and --variant pipeline exclude each other (it runs raw payloads)")
+    plant = raw.get("plant", "")
+    if plant and plant not in PLANTS:
+        raise UsageError(f"--plant: {plant!r} is not a bug to plant; expected one of {', '.join(PLANTS)}")
+    if plant and variant != "pipeline":
+        raise UsageError("--plant needs --variant pipeline")
     observers = plain_decimal("observers", raw.get("observers", "0"), 255)
     spares = plain_decimal("spares", raw.get("spares", "0"), 255)
     if observers + spares >= nodes:
@@ -195,7 +213,7 @@ def parse_args(argv: list[str]) -> SimArgs:
     rc = plain_decimal("random-changes", raw["random-changes"], 10_000) if "random-changes" in raw else None
     return SimArgs(
         seed, nodes, rounds, proposals, partition, tuple(faults), raw.get("dump"), "check" in flags, rf, variant,
-        workload, observers, spares, rc,
+        workload, observers, spares, rc, plant,
     )
 
 
@@ -213,15 +231,17 @@ def main(argv: list[str]) -> int:
 
     faults = args.faults
     if args.random_faults is not None:
-        faults = tuple(random_faults(args.seed, args.nodes, args.rounds, args.random_faults))
+        draw = pipeline_faults if args.variant == "pipeline" else random_faults  # the former adds power losses
+        faults = tuple(draw(args.seed, args.nodes, args.rounds, args.random_faults))
         print(f"faults: {format_faults(list(faults))}", file=sys.stderr)
     if args.random_changes is not None:
         changes = random_changes(args.seed, args.nodes, args.rounds, args.random_changes)
         print(f"changes: {format_faults(list(changes))}", file=sys.stderr)
         faults = tuple(sorted((*faults, *changes), key=lambda e: e.start if isinstance(e, Cut) else e.at))
+    options, pipeline = variant_options(args.variant)
     config = SimConfig(
-        args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults, VARIANTS[args.variant],
-        args.workload, args.observers, args.spares,
+        args.seed, args.nodes, args.rounds, args.proposals, args.partition, faults, options,
+        args.workload, args.observers, args.spares, pipeline, args.plant,
     )
     try:
         raw, violation = _run(config, args.check)

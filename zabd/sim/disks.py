@@ -60,7 +60,10 @@ class SimDisks:
         # before a later effect's snapshot lets the log be purged
         self.purged_to = [0] * (nodes + 1)
 
-    def persist(self, node: Node, effects: list[Effect]) -> None:
+    def persist(self, node: Node, effects: list[Effect], commits: bool = True) -> None:
+        """``commits``: False when a pipeline releases CommitTo later (the
+        pipeline variant calls ``committed`` then): a snapshot is taken of
+        what is applied, and nothing is applied before it is durable."""
         log = self.logs[node.id]
         for e in effects:
             if isinstance(e, AppendTxn):
@@ -76,10 +79,25 @@ class SimDisks:
                 self._snapshot(node, e.zxid)
             elif isinstance(e, ReplaceHistory):
                 log[:] = e.history
-            elif isinstance(e, CommitTo):
-                self.commits[node.id] += 1
-                if self.commits[node.id] % SNAP_EVERY == 0:
-                    self._snapshot(node, e.zxid)
+            elif commits and isinstance(e, CommitTo):
+                self.committed(node, e.zxid)
+
+    def committed(self, node: Node, zxid: int) -> None:
+        """``node`` applied everything up to ``zxid``."""
+        self.commits[node.id] += 1
+        if self.commits[node.id] % SNAP_EVERY == 0:
+            self._snapshot(node, zxid)
+
+    def recovered(self, node: int, log: list[Txn], last_committed: int) -> None:
+        """The pipeline variant: ``node`` crashed and its disk holds ``log``
+        (what was flushed, and maybe some of what was not). A snapshot above
+        the commit point recovery found was of state the disk lost; the core
+        may read the log again from the older snapshot that is left."""
+        self.logs[node][:] = log
+        self.received[node] = None
+        snaps = self.snapshots[node]
+        snaps[:] = [z for z in snaps if z <= last_committed]
+        self.purged_to[node] = min(self.purged_to[node], snaps[0] if snaps else 0)
 
     def _snapshot(self, node: Node, zxid: int) -> None:
         snaps = self.snapshots[node.id]
@@ -93,9 +111,10 @@ class SimDisks:
         """The batch's effects are carried out: the core learns of its purges."""
         node.log_start = max(node.log_start, self.purged_to[node.id])
 
-    def sync_message(self, node: Node, e: SendSync) -> Sync | SnapshotTransfer:
-        """The Sync a SendSync effect stands for, with the log reads done."""
-        assert e.read_after >= node.log_start, f"node {node.id} reads below its purged log ({e.read_after})"
+    def sync_message(self, node: Node, e: SendSync, strict: bool = True) -> Sync | SnapshotTransfer:
+        """The Sync a SendSync effect stands for, with the log reads done.
+        ``strict``: the plan was made in this batch, against this purge point."""
+        assert not strict or e.read_after >= node.log_start, f"node {node.id} reads below its purged log"
         log = self.logs[node.id]
         txns = e.txns
         if e.read_upto > e.read_after:

@@ -223,3 +223,44 @@ def random_changes(seed: int, nodes: int, rounds: int, count: int) -> list[Chang
     span = max(rounds, 1)
     changes = [Change(CHANGE_KINDS[rng.below(3)], 1 + rng.below(nodes), rng.below(span)) for _ in range(count)]
     return sorted(changes, key=lambda c: c.at)
+
+
+def with_power_losses(events: list[FaultEvent], seed: int, nodes: int, rounds: int, losses: int) -> list[FaultEvent]:
+    """``events`` plus ``losses`` seeded power losses: at a drawn tick every node
+    that is up crashes, and each comes back 1..rounds/8 ticks later (sooner if
+    its own next crash is due). The pipeline variant's durability is what this
+    tests: a majority (or everyone) restarting from disk must still hold what
+    a client was told. Returns a schedule that passes :func:`check_up_down`."""
+    rng = _Rng(seed ^ 0x90E7_105E)
+    span = max(rounds, 1)
+    out = list(events)
+    for _ in range(losses):
+        at = rng.below(span)
+        timed = node_events_in_order(out)
+        added: list[FaultEvent] = []
+        for node in range(1, nodes + 1):
+            back = at + 1 + rng.below(max(span // 8, 1))
+            mine = [e for e in timed if e.node == node]
+            if any(e.at == at for e in mine):
+                continue
+            before = [e for e in mine if e.at < at]
+            if before and isinstance(before[-1], Crash):
+                continue  # down already
+            after = [e for e in mine if e.at > at]
+            if after:
+                back = min(back, after[0].at - 1)
+            if back <= at:
+                continue
+            added += [Crash(node, at), Restart(node, back)]
+        try:
+            check_up_down([*out, *added], nodes)
+        except FaultSpecError:
+            continue
+        out += added
+    return sorted(out, key=lambda e: e.start if isinstance(e, Cut) else e.at)
+
+
+def pipeline_faults(seed: int, nodes: int, rounds: int, count: int) -> list[FaultEvent]:
+    """The pipeline variant's random schedule: ``random_faults`` plus a power
+    loss for every three events asked for (rounded up)."""
+    return with_power_losses(random_faults(seed, nodes, rounds, count), seed, nodes, rounds, (count + 2) // 3)

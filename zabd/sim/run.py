@@ -120,7 +120,11 @@ def run_scenario(
     disks = sim.disks
     if check:
         history_of = (lambda node: disks.logs[node.id]) if disks is not None else None
-        checker = SafetyChecker(config.command() + " --check", history_of, config.initial_membership())
+        checker = SafetyChecker(config.command() + " --check", history_of, config.initial_membership(),
+                                released_commits=config.pipeline)
+        if config.pipeline:
+            sim.on_release = checker.record_released
+            sim.on_recovery = checker.record_recovered
     nodes = sim.run()
     if checker is not None and sim.window_problem is not None:
         checker.record_window(*sim.window_problem)

@@ -8,7 +8,8 @@ no-ops, so the digest is the one the tick-by-tick loop of section 7 produces.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING
@@ -18,16 +19,25 @@ from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Se
 from zabd.protocol.membership import Membership, MembershipError
 from zabd.protocol.messages import Message, Txn
 from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node, NotLeader
-from zabd.protocol.options import CANONICAL, Options
-from zabd.protocol.rand import MASK64
+from zabd.protocol.options import CANONICAL, SERVER, VARIANTS, Options
+from zabd.protocol.rand import MASK64, delivery_delay
 from zabd.sim.disks import SimDisks, SnapshotTransfer
 from zabd.sim.faults import Change, Crash, Cut, FaultEvent, Restart
+from zabd.sim.pipes import NodePipe, effect_index
 
 if TYPE_CHECKING:
     from zabd.sim.zk_workload import ZKWorkload
 
 
 WORKLOADS = ("raw", "zk")
+# "pipeline": the server's variant with every node's effects through the
+# server's EffectPipeline over a simulated disk (zabd.sim.pipes); not canonical
+SIM_VARIANTS = (*VARIANTS, "pipeline")
+
+
+def variant_options(name: str) -> tuple[Options, bool]:
+    """The core's options of a simulator variant, and whether it runs the pipeline."""
+    return (SERVER, True) if name == "pipeline" else (VARIANTS[name], False)
 _SENDER = itemgetter(0)  # of a message in flight: (src, dst, incarnation, msg)
 
 
@@ -45,6 +55,14 @@ class SimConfig:
     # them), and the last ``observers`` members never vote; not canonical either
     observers: int = 0
     spares: int = 0
+    # the pipeline variant: effects through the server's EffectPipeline over
+    # disks that flush late and lose unflushed writes on a crash (options: SERVER)
+    pipeline: bool = False
+    plant: str = ""  # a bug planted in the pipeline (zabd.sim.pipes.PLANTS), to see the checker catch it
+
+    @property
+    def variant(self) -> str:
+        return "pipeline" if self.pipeline else self.options.name
 
     @property
     def observer_ids(self) -> frozenset[int]:
@@ -69,8 +87,10 @@ class SimConfig:
             import shlex  # here: only a reproducer needs it, not every ``zabd sim``
 
             parts.append("--faults " + shlex.quote(",".join(str(e) for e in self.faults)))
-        if self.options != CANONICAL:
-            parts.append(f"--variant {self.options.name}")
+        if self.options != CANONICAL or self.pipeline:
+            parts.append(f"--variant {self.variant}")
+        if self.plant:
+            parts.append(f"--plant {self.plant}")
         if self.workload != "raw":
             parts.append(f"--workload {self.workload}")
         if self.observers:
@@ -95,11 +115,16 @@ class SimStats:
     commit_latencies: list[int] = field(default_factory=list)
     changes_proposed: int = 0
     changes_skipped: int = 0
+    flushes: int = 0  # the pipeline variant: storage flushes completed
 
 
 # Effects observer: (tick, node, effects). The checker is one.
 Observer = Callable[[int, Node, list[Effect]], None]
 TickObserver = Callable[[int, list[Node]], None]
+# The pipeline variant: (tick, node, zxid) a CommitTo the pipeline released
+# (the node answers clients), and (tick, node) a node recovered from its disk
+ReleaseObserver = Callable[[int, Node, int], None]
+RecoveryObserver = Callable[[int, Node], None]
 
 
 def schedule_tick(i: int, rounds: int, proposals: int) -> int:
@@ -159,6 +184,19 @@ class Simulator:
             self.workload = ZKWorkload(
                 config.seed, n, (lambda node: disks.logs[node.id]) if disks is not None else _history
             )
+        # the pipeline variant: each node's pipeline and disk, and the flushes
+        # in progress as (tick done, node, incarnation, writes covered, effects covered)
+        self.pipes: list[NodePipe] | None = None
+        self.flushes: list[tuple[int, int, int, int, int]] = []
+        self.batch: list[Effect] | None = None  # the pipeline variant: the effects being carried out
+        self.drops: list[tuple[int, int]] = []  # ... and its sends that failed: (index or -1, dst)
+        self.on_release: ReleaseObserver | None = None
+        self.on_recovery: RecoveryObserver | None = None
+        if config.pipeline:
+            if self.workload is not None:
+                raise ValueError("the pipeline variant runs the raw workload only")
+            initial = config.initial_membership()
+            self.pipes = [NodePipe(self, node, config.seed, initial, config.plant) for node in self.nodes]
         self.seq = 0
         self.stats = SimStats()
         self.observer = observer
@@ -182,6 +220,9 @@ class Simulator:
         """Carry out a node's effects: sends go on the heap (section 4, with
         section 12's drops); persist effects are instantaneous here."""
         if not node.effects:
+            return
+        if self.pipes is not None:
+            self._pipe_flush(node, t)
             return
         effects = node.take_effects()
         disks = self.disks
@@ -248,6 +289,110 @@ class Simulator:
             for index, dst in failed:
                 node.send_dropped(index, dst, t)
 
+    # ------------------------------------------------------ pipeline variant
+
+    def _pipe_flush(self, node: Node, t: int) -> None:
+        """The pipeline variant's ``_flush``: the effects go through the node's
+        EffectPipeline, which persists to its SimStorage and says (through
+        ``post``) only what is durable; a flush starts if one is needed."""
+        assert self.pipes is not None
+        pipe = self.pipes[node.id - 1]
+        effects = node.take_effects()
+        disks = self.disks
+        if disks is not None:
+            pipe.received = disks.received[node.id]  # InstallSnapshot's prefix, before persist takes it
+            disks.persist(node, effects, commits=False)
+            if self.window_problem is None:
+                problem = disks.check_window(node)
+                if problem is not None:
+                    self.window_problem = (t, node.id, problem)
+        if self.observer is not None:
+            self.observer(t, node, effects)
+        self.tick = t
+        self.batch = effects
+        pipe.pipeline.run(effects)
+        self.batch = None
+        self._after_pipeline(pipe, t)
+
+    def _after_pipeline(self, pipe: NodePipe, t: int) -> None:
+        node = pipe.node
+        if self.disks is not None:
+            self.disks.purged(node)
+        if pipe.pipeline.unflushed and not pipe.flushing:
+            pipe.flushing = True
+            mark = pipe.storage.begin_flush()
+            heapq.heappush(self.flushes, (t + pipe.flush_delay(), node.id, pipe.incarnation, mark,
+                                          pipe.pipeline.written))
+        if self.drops:
+            drops, self.drops = self.drops, []
+            self.stats.messages_dropped += len(drops)
+            for index, dst in drops:
+                if index >= 0:
+                    node.send_dropped(index, dst, t)
+                else:  # said after the batch that made it: the link fails now
+                    node.link_failed(dst, t)
+
+    def _flushes_done(self, t: int) -> None:
+        """Flushes that complete at ``t`` release what waited for them."""
+        assert self.pipes is not None
+        flushes = self.flushes
+        while flushes and flushes[0][0] <= t:
+            _, nid, incarnation, mark, written = heapq.heappop(flushes)
+            pipe = self.pipes[nid - 1]
+            if incarnation != pipe.incarnation:
+                continue  # the node crashed since: the flush never completed
+            self.stats.flushes += 1
+            pipe.flushing = False
+            pipe.storage.complete_flush(mark)
+            self.tick = t
+            pipe.pipeline.flushed(written)
+            self._after_pipeline(pipe, t)
+            if pipe.node.effects:
+                self._flush(pipe.node, t)
+
+    def _pipe_crash(self, node: Node, t: int) -> None:
+        """A node of the pipeline variant crashed: it comes back from its disk."""
+        assert self.pipes is not None
+        state = self.pipes[node.id - 1].crash(t)
+        disks = self.disks
+        if disks is not None:
+            disks.recovered(node.id, state.history, state.last_committed)
+            node.log_start = disks.purged_to[node.id]
+        if self.on_recovery is not None:
+            self.on_recovery(t, node)
+
+    def post(self, node: Node, dsts: Sequence[int], msg: object, key: object) -> None:
+        """A send the pipeline said: on the network (section 4's delays), or
+        a drop reported to the node once the pipeline returns."""
+        t = self.tick
+        src = node.id
+        row = self.last_at[src]
+        blocked = self.blocked[src]
+        for dst in dsts:
+            if blocked[dst] or not self.up[dst] or (self.cuts and self._cut(src, dst, t)):
+                self.drops.append((effect_index(self.batch, key) if self.batch is not None else -1, dst))
+                continue
+            at = t + delivery_delay(self.config.seed, src, dst, t)
+            if row[dst] > at:
+                at = row[dst]
+            row[dst] = at
+            self.buckets[at & 3].append((src, dst, self.incarnation[dst], msg))  # type: ignore[arg-type]
+            self.seq += 1
+            self.stats.messages_sent += 1
+            self.in_flight += 1
+
+    def sync_message(self, node: Node, plan: SendSync) -> object:
+        assert self.disks is not None
+        # read when the pipeline says it, which may be after a later purge: the
+        # simulated log is never really cut, and the plan was valid when made
+        return self.disks.sync_message(node, plan, strict=False)
+
+    def released(self, node: Node, zxid: int) -> None:
+        if self.disks is not None:
+            self.disks.committed(node, zxid)
+        if self.on_release is not None:
+            self.on_release(self.tick, node, zxid)
+
     def _change(self, ev: Change, t: int) -> None:
         """Ask the leader, if any, for a membership change; count what it refuses."""
         leader = next((n for n in self.nodes if n.role == LEADING and n.synced and self.up[n.id]), None)
@@ -302,6 +447,8 @@ class Simulator:
                     elif isinstance(ev, Crash):
                         up[ev.node] = False
                         node.crash()
+                        if self.pipes is not None:
+                            self._pipe_crash(node, t)
                         # a crash ends any role; observers see it like a role change
                         ended: list[Effect] = [RoleChanged(LOOKING, NO_LEADER, node.current_epoch, PHASE_NONE)]
                         if self.workload is not None:
@@ -320,6 +467,12 @@ class Simulator:
                         node.restart(t)
                         min_wake = t
                 fault_pos += 1
+            # the pipeline variant: flushes that complete now release what waited
+            if self.flushes and self.flushes[0][0] <= t:
+                self._flushes_done(t)
+                for node in nodes:
+                    if node.wake < min_wake and up[node.id]:
+                        min_wake = node.wake
             # step 1
             while next_i < k and next_sched == t:
                 if workload is None:
@@ -396,6 +549,8 @@ class Simulator:
                     nxt = soonest
             if fault_pos < len(fault_ticks) and fault_ticks[fault_pos] < nxt:
                 nxt = fault_ticks[fault_pos]
+            if self.flushes and self.flushes[0][0] < nxt:
+                nxt = self.flushes[0][0]
             min_wake = rounds
             for node in nodes:
                 if node.wake < min_wake and up[node.id]:
