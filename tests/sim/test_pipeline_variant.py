@@ -156,3 +156,17 @@ def test_usage_errors() -> None:
     ):
         proc = zabd_sim(*base, *extra)
         assert proc.returncode == 2 and words in proc.stderr and proc.stdout == "", proc.stderr
+
+
+def test_a_lone_voter_that_loses_its_new_epoch_may_choose_it_again() -> None:
+    """Node 1, the only voter, leads epoch 3 and proposes 3:1 before its flush;
+    a power loss takes epoch 3 and 3:1 from its disk, and it leads epoch 3
+    again with another 3:1. The first never left it: not two leaders."""
+    spec = ("crash:1@32,crash:2@32,crash:3@32,restart:3@78,restart:1@101,restart:2@228,observe:3@274,"
+            "cut:2>3@411-840,cut:3-1@566-995,add:2@615,remove:2@899,crash:1@976,crash:2@976,crash:3@976,"
+            "restart:2@1072,restart:3@1096,observe:1@1139,restart:1@1181,crash:1@1513,remove:2@1627,"
+            "cut:1>3@1640-2087,restart:1@1722,crash:3@1789,add:2@1918")
+    config = SimConfig(7270075490143084663, 3, 2000, 40, faults=tuple(parse_faults(spec, 3)), options=SERVER,
+                       spares=1, pipeline=True)
+    r = run_scenario(config)
+    assert r.violation is None, r.violation

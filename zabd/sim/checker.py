@@ -25,7 +25,10 @@ Invariants (the first violation is kept, with tick and node):
   every leader established afterwards, and of every established leader of a
   later epoch when it is acknowledged. There a node's commits count when its
   pipeline releases them, not when its core decides them (a leader decides
-  before its own append is durable; a crash can still take that back).
+  before its own append is durable; a crash can still take that back), and a
+  proposal that never left its leader and that a crash took from its disk
+  is forgotten (a single voter that loses its new epoch in a crash before the
+  flush chooses that epoch again: what it proposed in it no longer exists).
 * ``membership-rule``: a leader proposes a membership change only once every
   earlier change it holds is committed, and one that changes at most one
   voter (zabd.protocol.membership), so consecutive majorities intersect.
@@ -99,6 +102,8 @@ class SafetyChecker:
         self._agreed_len: dict[int, int] = {}  # prefix length verified against `committed`
         self.released_commits = released_commits
         self.acknowledged: Txn | None = None  # the newest txn acknowledged to a client
+        # released_commits: a leader's proposals neither sent nor known durable yet
+        self.unsent: dict[int, dict[int, Txn]] = {}
 
     # ----------------------------------------------------------------- output
 
@@ -240,10 +245,20 @@ class SafetyChecker:
                            f"missing from the established leader of epoch {led}")
                 return
 
+    def record_sent(self, tick: int, node: int, txn: Txn) -> None:
+        """The pipeline variant: ``node``'s pipeline sent the proposal of ``txn``."""
+        unsent = self.unsent.get(node)
+        if unsent:
+            unsent.pop(txn.zxid, None)
+
     def record_released(self, tick: int, node: Node, zxid: int) -> None:
         """The pipeline variant: ``node``'s pipeline released ``CommitTo(zxid)``."""
         if self.violation is not None:
             return
+        unsent = self.unsent.get(node.id)
+        if unsent:  # durable now: no crash takes them back
+            for z in [z for z in unsent if z <= zxid]:
+                del unsent[z]
         history = self.history_of(node)
         self.record_commit(tick, node.id, zxid, history)
         if self.violation is None:
@@ -256,6 +271,9 @@ class SafetyChecker:
         if self.violation is not None:
             return
         history = self.history_of(node)
+        for txn in self.unsent.pop(node.id, {}).values():
+            if not _holds(history, txn) and self.proposed.get(txn.zxid) == txn.payload:
+                del self.proposed[txn.zxid]  # it never left, and the disk lost it
         self.record_history(tick, node.id, history, True)
         self.record_commit(tick, node.id, node.last_committed, history)
 
@@ -276,6 +294,8 @@ class SafetyChecker:
                 if node.role == LEADING:
                     txn: Txn = eff.txn  # type: ignore[union-attr]
                     self.record_proposal(tick, nid, txn)
+                    if self.released_commits:
+                        self.unsent.setdefault(nid, {})[txn.zxid] = txn
                     if txn.payload.startswith(MEMBERSHIP_MAGIC):
                         self._check_change(tick, node, txn)
             elif cls is ReplaceHistory or cls is TruncateAppend or cls is InstallSnapshot:

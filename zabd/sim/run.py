@@ -125,6 +125,7 @@ def run_scenario(
         if config.pipeline:
             sim.on_release = checker.record_released
             sim.on_recovery = checker.record_recovered
+            sim.on_propose = checker.record_sent
     nodes = sim.run()
     if checker is not None and sim.window_problem is not None:
         checker.record_window(*sim.window_problem)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send, SendSync
 from zabd.protocol.membership import Membership, MembershipError
-from zabd.protocol.messages import Message, Txn
+from zabd.protocol.messages import Message, Propose, ProposeMany, Txn
 from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node, NotLeader
 from zabd.protocol.options import CANONICAL, SERVER, VARIANTS, Options
 from zabd.protocol.rand import MASK64, delivery_delay
@@ -125,6 +125,7 @@ TickObserver = Callable[[int, list[Node]], None]
 # (the node answers clients), and (tick, node) a node recovered from its disk
 ReleaseObserver = Callable[[int, Node, int], None]
 RecoveryObserver = Callable[[int, Node], None]
+ProposeObserver = Callable[[int, int, Txn], None]  # (tick, node id, txn): a proposal the pipeline sent
 
 
 def schedule_tick(i: int, rounds: int, proposals: int) -> int:
@@ -192,6 +193,7 @@ class Simulator:
         self.drops: list[tuple[int, int]] = []  # ... and its sends that failed: (index or -1, dst)
         self.on_release: ReleaseObserver | None = None
         self.on_recovery: RecoveryObserver | None = None
+        self.on_propose: ProposeObserver | None = None
         if config.pipeline:
             if self.workload is not None:
                 raise ValueError("the pipeline variant runs the raw workload only")
@@ -366,6 +368,12 @@ class Simulator:
         a drop reported to the node once the pipeline returns."""
         t = self.tick
         src = node.id
+        if self.on_propose is not None:
+            if isinstance(msg, Propose):
+                self.on_propose(t, src, msg.txn)
+            elif isinstance(msg, ProposeMany):
+                for txn in msg.txns:
+                    self.on_propose(t, src, txn)
         row = self.last_at[src]
         blocked = self.blocked[src]
         for dst in dsts:
