@@ -87,6 +87,9 @@ class SimStorage:
         self.torn_tail: bytes | None = None  # a record cut short by a crash, after ``log``
         self.torn_dropped = 0  # torn records recovery cut off
         self.lost = 0  # pending writes crashes lost
+        # SNAPs installed below the recorded commit point: a leader that recovered an
+        # older commit point (the commit file is not a barrier) snapshots at it
+        self.installs_below_commit = 0
         self.pending: list[_Op] = []
 
     # ------------------------------------------------------ Storage interface
@@ -184,7 +187,13 @@ class SimStorage:
             elif isinstance(op, ReplaceHistory):
                 log[:] = op.history
             else:
+                # as DiskStorage.install_snapshot: the commit point becomes the
+                # snapshot's, even below the one recorded (DiskStorage refuses that
+                # with a ValueError; counted here, see installs_below_commit)
+                if op.zxid < self.last_committed:
+                    self.installs_below_commit += 1
                 log[:] = op.prefix
+                self.last_committed = op.zxid
 
 
 @dataclass(frozen=True, slots=True)
