@@ -63,7 +63,9 @@ class Storage(Protocol):
 
     def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
         """A snapshot received from a leader replaces the state; the log
-        restarts after ``log_base`` (default ``zxid``)."""
+        restarts after ``log_base`` (default ``zxid``). The commit point
+        becomes ``zxid``, even below the one recorded: the leader's txns after
+        the snapshot follow in the same sync and are committed again."""
         ...
 
     def read_range(self, after: int, upto: int, max_bytes: int = 0) -> list[Txn]:
@@ -167,6 +169,7 @@ class MemoryStorage:
         # Memory keeps no snapshot: the log restarts after it, the state is the caller's
         self.state.history = []
         self.state.log_base = self.state.snapshot_zxid = zxid if log_base is None else log_base
+        self.state.last_committed = zxid
         self._pending += 1
 
     def read_range(self, after: int, upto: int, max_bytes: int = 0) -> list[Txn]:

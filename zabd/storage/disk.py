@@ -46,6 +46,7 @@ from zabd.protocol.messages import Txn
 from zabd.storage.base import PersistentState, PurgedError, Storage, StorageStats
 from zabd.storage.epochs import CommitFile, Epochs, read_commit, read_epochs, write_epochs
 from zabd.storage.snapshot import (
+    drop_snapshots_above,
     list_snapshots,
     purge_snapshots,
     read_snapshot,
@@ -74,7 +75,7 @@ MiB = 1 << 20
 _APPEND = 0  # (_APPEND, blob, zxids, sizes)
 _TRUNCATE = 1  # (_TRUNCATE, keep_zxid)
 _EPOCHS = 2  # (_EPOCHS, Epochs)
-_INSTALL = 3  # (_INSTALL, zxid, data)
+_INSTALL = 3  # (_INSTALL, zxid, data, log_base)
 _PURGE = 4  # (_PURGE, retain, result holder)
 
 Op = tuple[Any, ...]
@@ -183,13 +184,18 @@ class DiskStorage:
             all_zxids.extend(seg.zxids)
         last = all_zxids[-1] if all_zxids else base
         snap_zxid = snap.zxid if snap is not None else 0
+        discarded = False
         if snap is not None:
             i = bisect_left(all_zxids, snap_zxid)
             in_log = snap_zxid == base or (i < len(all_zxids) and all_zxids[i] == snap_zxid)
             if not segments and snap_zxid > 0 and not snap.received:
                 raise StorageError(f"{self.log_dir}: no log segments, but snapshot {snap.path} needs the log after it")
             if segments and not in_log:
-                if snap.received and snap_zxid > base:
+                # a received snapshot the log does not hold (above it, or below
+                # its base: the install dropped the snapshots the old log was
+                # purged up to) is only ever the crash state of an install
+                # that had not yet reset the log
+                if snap.received:
                     msg = (
                         f"{snap.path}: installed snapshot {zx.fmt(snap_zxid)} is not in the log "
                         f"({zx.fmt(base)}..{zx.fmt(last)}): the log is left over from an interrupted install, discarded"
@@ -202,6 +208,7 @@ class DiskStorage:
                     segments = []
                     all_zxids = array("Q")
                     base = last = snap_zxid
+                    discarded = True
                 elif snap_zxid > last:
                     raise StorageError(
                         f"{snap.path}: snapshot covers up to {zx.fmt(snap_zxid)} but the log ends at "
@@ -225,6 +232,8 @@ class DiskStorage:
                 f"{self.snap_dir}: txns up to it are missing"
             )
         commit = read_commit(self.commit_path)
+        if discarded:  # a point in the discarded log; the snapshot's is what holds now
+            commit = min(commit, snap_zxid)
         if commit > last:
             raise StorageError(
                 f"{self.commit_path}: commit point {zx.fmt(commit)} was recorded but the log ends at {zx.fmt(last)}: "
@@ -430,13 +439,18 @@ class DiskStorage:
         state and log, and the log restarts after ``log_base`` (default
         ``zxid``; a SyncPlan's ``log_base``). Follow with
         ``replace_history(plan.txns)``. The snapshot is durable before the old
-        log is dropped."""
+        log is dropped.
+
+        The commit point becomes ``zxid``, even when it was higher: a leader
+        that recovered an older commit point (the commit file is not a
+        barrier) snapshots at its own, and the txns above it, which hold every
+        one committed here, follow in the same sync and are committed again.
+        Snapshots above ``zxid`` are deleted with the old log: recovery starts
+        from the newest one, which must be this."""
         self._check_open()
         base = zxid if log_base is None else log_base
         if base > zxid:
             raise ValueError(f"install_snapshot: log_base {zx.fmt(base)} is above the snapshot {zx.fmt(zxid)}")
-        if zxid < self._commit:
-            raise ValueError(f"install_snapshot at {zx.fmt(zxid)} is below the commit point {zx.fmt(self._commit)}")
         self._seal()
         self._ops.append((_INSTALL, zxid, data, base))
         self._zxids = array("Q")
@@ -650,6 +664,7 @@ class DiskStorage:
                 plog.sync()
                 write_snapshot(self.snap_dir, op[1], op[2], received=True, fsync=self.fsync)
                 extra_syncs += 2 if self.fsync else 0
+                extra_syncs += self._install_below(op[1])
                 plog.reset(op[3])
             elif kind == _PURGE:
                 snaps, oldest = purge_snapshots(self.snap_dir, op[1])
@@ -666,6 +681,24 @@ class DiskStorage:
             self._commit_written = commit
         self.stats.syncs += plog.syncs - syncs_before + extra_syncs
         return records
+
+    def _install_below(self, zxid: int) -> int:
+        """Before the log restarts at a snapshot at ``zxid`` (writer thread):
+        a commit point recorded above it would be above everything the log
+        holds after the reset, which recovery refuses, so it is lowered first,
+        durably (the only write of the commit file that is synced); snapshots
+        above it (taken locally up to the old commit point) would be newer
+        than the installed one and not in the new log, so they go. Returns
+        the fsync calls made."""
+        syncs = 0
+        # -1: nothing written since load(), the file may hold the old point
+        if self._commit_written < 0 or self._commit_written > zxid:
+            self._commit_file.write(zxid, fsync=self.fsync)
+            self._commit_written = zxid
+            syncs += 1 if self.fsync else 0
+        if drop_snapshots_above(self.snap_dir, zxid, fsync=self.fsync) and self.fsync:
+            syncs += 1
+        return syncs
 
 
 def _resolve(futures: list[asyncio.Future[None]]) -> None:

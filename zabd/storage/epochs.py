@@ -9,7 +9,8 @@ mix, so ``accepted_epoch`` never falls below ``current_epoch`` on disk
 ``DATA/commit`` holds the last commit point known when a flush ended. It is
 written lazily (in place, no fsync): commits are re-learned from the leader,
 so an older or unreadable value is safe; it is only ever lowered to 0 with a
-warning, never raised.
+warning, never raised. (A snapshot install below it lowers it with an fsync,
+before the log restarts at the snapshot.)
 """
 
 from __future__ import annotations
@@ -102,11 +103,15 @@ class CommitFile:
         self.path = path
         self._fd = -1
 
-    def write(self, zxid: int) -> None:
+    def write(self, zxid: int, fsync: bool = False) -> None:
+        """``fsync``: durable on return (a commit point lowered below the log
+        a snapshot install is about to reset to must not come back)."""
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         z = struct.pack("<Q", zxid)
         os.pwrite(self._fd, z + struct.pack("<I", crc32c.crc32c(z)), 0)
+        if fsync:
+            os.fdatasync(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:

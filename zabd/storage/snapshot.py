@@ -128,6 +128,17 @@ def newest_snapshot(snap_dir: str) -> Snapshot | None:
     return read_snapshot(snaps[-1][1]) if snaps else None
 
 
+def drop_snapshots_above(snap_dir: str, zxid: int, *, fsync: bool = True) -> int:
+    """Delete the snapshots newer than ``zxid`` (a snapshot installed below
+    them replaces the state they hold); returns how many."""
+    doomed = [path for z, path in list_snapshots(snap_dir) if z > zxid]
+    for path in doomed:
+        os.unlink(path)
+    if doomed and fsync:
+        fsync_dir(snap_dir)
+    return len(doomed)
+
+
 def purge_snapshots(snap_dir: str, retain: int) -> tuple[int, int]:
     """Delete all but the newest ``retain`` snapshots. Returns (deleted, zxid
     of the oldest retained snapshot or 0)."""
