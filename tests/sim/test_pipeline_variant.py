@@ -175,13 +175,21 @@ def test_a_lone_voter_that_loses_its_new_epoch_may_choose_it_again() -> None:
 def test_a_snapshot_below_the_recorded_commit_point_resets_it() -> None:
     """Leader 3 recovers an older commit point (1:20) than follower 5's (1:21)
     after a power loss and SNAPs it at 1:20; a crash then keeps only the
-    install. Recovery must not find commit 1:21 over a log that ends at 1:20
-    (DiskStorage.install_snapshot refuses such a snapshot with a ValueError)."""
+    install. Recovery must not find commit 1:21 over a log that ends at 1:20:
+    the install sets the commit point to the snapshot's, as
+    DiskStorage.install_snapshot does (tests/storage/test_install_below_commit.py)."""
+    disk = SimStorage()
+    disk.append(Txn(E1 | 1, b"a"))
+    disk.append(Txn(E1 | 2, b"b"))
+    disk.commit_to(E1 | 2)
+    disk.install(E1 | 1, (Txn(E1 | 1, b"a"),))
+    disk.complete_flush(disk.begin_flush())
+    assert (disk.last_committed, disk.log, disk.installs_below_commit) == (E1 | 1, [Txn(E1 | 1, b"a")], 1)
     spec = ("crash:3@161,restart:3@433,crash:1@549,crash:2@549,crash:3@549,crash:4@549,crash:5@549,"
             "restart:3@594,restart:2@621,restart:1@653,restart:4@670,restart:5@692,crash:5@738")
     config = SimConfig(1818079815759530618, 5, 1500, 60, faults=tuple(parse_faults(spec, 5)), options=SERVER,
                        pipeline=True)
     sim = Simulator(config)
     sim.run()
-    assert sim.pipes is not None and sim.pipes[4].storage.installs_below_commit > 0
+    assert sim.pipes is not None and sim.pipes[4].storage.installs_below_commit > 0  # the seed takes this path
     assert run_scenario(config).violation is None

@@ -88,7 +88,8 @@ class SimStorage:
         self.torn_dropped = 0  # torn records recovery cut off
         self.lost = 0  # pending writes crashes lost
         # SNAPs installed below the recorded commit point: a leader that recovered an
-        # older commit point (the commit file is not a barrier) snapshots at it
+        # older commit point (the commit file is not a barrier) snapshots at it; a
+        # regression test's witness that its seed still takes this path
         self.installs_below_commit = 0
         self.pending: list[_Op] = []
 
@@ -188,8 +189,8 @@ class SimStorage:
                 log[:] = op.history
             else:
                 # as DiskStorage.install_snapshot: the commit point becomes the
-                # snapshot's, even below the one recorded (DiskStorage refuses that
-                # with a ValueError; counted here, see installs_below_commit)
+                # snapshot's, even below the one recorded (the txns above it
+                # follow in the same sync and are committed again)
                 if op.zxid < self.last_committed:
                     self.installs_below_commit += 1
                 log[:] = op.prefix
