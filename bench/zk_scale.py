@@ -12,8 +12,8 @@ bench/zkcluster.py's settings, forceSync=yes, --zk-heap) is started, and then, i
 1. load: bench/ZkTreeLoad.java (ZooKeeper's Java client, 4 sessions x 200 outstanding async
    creates over the whole connect string) builds bench/zk_memory.py's deterministic tree of
    N leaves of --data-bytes bytes; creates/s and seconds.
-2. size: RSS of every server (/proc VmRSS, sum and max) and the bytes of every server's data
-   directory (sum and max).
+2. size: RSS of every server (/proc VmRSS, sum and max) and the bytes every server's data
+   directories take on disk (allocated blocks, not apparent size: sum and max).
 3. reads and writes at size: bench/ZkBench.java getData, then setData, of --payload bytes
    (8 sessions x 32 outstanding, spread over the three servers), short window; ops/s, p50, p99.
 4. whole-cluster restart: SIGTERM to all three (by PID, SIGKILL after 120 s), start them
@@ -81,11 +81,13 @@ def step(system: str, n: int, msg: str) -> None:
 
 
 def dir_bytes(path: Path) -> int:
+    """Bytes allocated on disk under ``path``: ZooKeeper preallocates its txn logs sparsely
+    (64 MiB each), so their apparent size counts holes."""
     total = 0
     for root, _dirs, files in os.walk(path):
         for f in files:
             with contextlib.suppress(OSError):
-                total += (Path(root) / f).stat().st_size
+                total += (Path(root) / f).stat().st_blocks * 512
     return total
 
 
@@ -154,7 +156,9 @@ class ZkSide:
             return ""
 
     def elections(self, text: str) -> int:
-        return text.count("LOOKING")
+        # QuorumPeer logs exactly "LOOKING" each time it enters an election; the election's
+        # notifications name the state too, so a plain count would also see the rebuilt peer's
+        return len(re.findall(r"\] - LOOKING$", text, re.M))
 
     def stop(self) -> None:
         self.c.stop()
