@@ -306,6 +306,7 @@ def measure(side: Side, n: int, args: argparse.Namespace, work: Path) -> dict[st
     connect = ",".join(side.addr(i) for i in side.ids)
     step(system, n, f"cluster up, leader {leader}, pids {[side.pid(i) for i in side.ids]}")
 
+    log(f"{system} N={n:,}: loading the tree (at most {args.load_max_seconds:.0f} s)")
     load = run_loader(work / "build", connect, n, args.data_bytes, args.load_max_seconds)
     res["load"] = {"creates": load["creates"], "seconds": load["seconds"], "creates_per_s": load["creates_per_s"]}
     step(system, n, f"loaded {load['creates']:,} znodes in {load['seconds']:.1f} s ({load['creates_per_s']:,.0f}/s)")
@@ -318,6 +319,7 @@ def measure(side: Side, n: int, args: argparse.Namespace, work: Path) -> dict[st
                     f"disk sum {sum(disk) / MiB:.0f} MiB max {max(disk) / MiB:.0f} MiB")
 
     for op in ("get", "set"):
+        log(f"{system} N={n:,}: {op}Data load, {args.warmup:g} s + {args.duration:g} s")
         r = run_zkbench(work / "build", args, op, side, leader)
         res[op] = r
         if "error" in r:
@@ -327,6 +329,7 @@ def measure(side: Side, n: int, args: argparse.Namespace, work: Path) -> dict[st
                             f"p99 {r['lat_ms']['p99']:.2f} ms, errors {r['errors']}")
 
     # whole-cluster restart
+    log(f"{system} N={n:,}: whole-cluster restart (at most {args.restart_max_seconds:.0f} s to serve)")
     t0 = time.monotonic()
     clean = [side.terminate(i) for i in side.ids]
     stop_s = time.monotonic() - t0
@@ -357,6 +360,7 @@ def measure(side: Side, n: int, args: argparse.Namespace, work: Path) -> dict[st
     try:
         if not wait_progress(bench_err, warm, bench, 60.0):
             raise RuntimeError(f"rebuild load did not get past its warm-up: {bench_err.read_text()[-400:]}")
+        log(f"{system} N={n:,}: stopping follower {victim}, wiping its data, starting it (load on {healthy})")
         side.terminate(victim)
         side.wipe(victim)
         t2 = time.monotonic()
@@ -448,6 +452,14 @@ def rows(r: dict[str, Any]) -> dict[str, float | None]:
     }
 
 
+def fmt(v: float | None, metric: str) -> str:
+    if v is None:
+        return "n/a"
+    if "elections" in metric or v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:,.2f}"
+
+
 def table(n: int, results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[str]:
     zk, zb = rows(results.get("zookeeper", {})), rows(results.get("zabd", {}))
     lines = [f"### N = {n:,} leaves of {args.data_bytes} B (fanout {FANOUT}), 3 nodes each; "
@@ -455,8 +467,7 @@ def table(n: int, results: dict[str, dict[str, Any]], args: argparse.Namespace) 
              "", "| metric | ZooKeeper 3.8 | zabd | zabd/ZooKeeper |", "|---|---:|---:|---:|"]
     for k in zk:
         a, b = zb[k], zk[k]
-        fa = "n/a" if a is None else f"{a:,.2f}" if a < 100 else f"{a:,.0f}"
-        fb = "n/a" if b is None else f"{b:,.2f}" if b < 100 else f"{b:,.0f}"
+        fa, fb = fmt(a, k), fmt(b, k)
         lines.append(f"| {k} | {fb} | {fa} | {_ratio(a, b) if 'elections' not in k else ''} |")
     for system in SYSTEMS:
         if "error" in results.get(system, {}):
