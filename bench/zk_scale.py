@@ -155,10 +155,10 @@ class ZkSide:
         except OSError:
             return ""
 
-    def elections(self, text: str) -> int:
+    def elections(self, text: str) -> list[str]:
         # QuorumPeer logs exactly "LOOKING" each time it enters an election; the election's
         # notifications name the state too, so a plain count would also see the rebuilt peer's
-        return len(re.findall(r"\] - LOOKING$", text, re.M))
+        return [ln for ln in text.splitlines() if ln.endswith("] - LOOKING")]
 
     def stop(self) -> None:
         self.c.stop()
@@ -202,8 +202,8 @@ class ZabdSide:
     def log_text(self, i: int) -> str:
         return self.c.log_text(i)
 
-    def elections(self, text: str) -> int:
-        return text.count("role changed") + text.count("peer link silent")
+    def elections(self, text: str) -> list[str]:
+        return [ln for ln in text.splitlines() if "role changed" in ln or "peer link silent" in ln]
 
     def stop(self) -> None:
         self.c.stop()
@@ -379,7 +379,10 @@ def measure(side: Side, n: int, args: argparse.Namespace, work: Path) -> dict[st
             bench.wait(10)
     r = parse_zkbench(bench_out.read_text(), bench.returncode or 0, bench_err.read_text())
     rebuild["write_load"] = r
-    rebuild["elections"] = sum(side.elections(side.log_text(i)[offsets[i]:]) for i in healthy)
+    seen = {i: side.elections(side.log_text(i)[offsets[i]:]) for i in healthy}
+    rebuild["elections"] = sum(len(v) for v in seen.values())
+    # the lines themselves: a count alone does not say which link went silent or who took over
+    rebuild["election_lines"] = {i: v[:20] for i, v in seen.items() if v}
     res["rebuild"] = rebuild
     lat = r.get("lat_ms", {})
     step(system, n, f"follower {victim} rebuild: "
