@@ -25,8 +25,9 @@ bench/zkcluster.py's settings, forceSync=yes, --zk-heap) is started, and then, i
    from that start until the rebuilt server alone answers sync + getData of the last leaf
    (kazoo connected to it only). Reported with the healthy servers' write p99 and max latency
    over the load's window (which includes the stop, wipe and rebuild) and the elections seen
-   meanwhile: zabd's "role changed" and "peer link silent" lines, ZooKeeper's "LOOKING" lines,
-   in the two healthy servers' logs.
+   meanwhile in the two healthy servers' logs: zabd's "role changed" lines, ZooKeeper's
+   QuorumPeer "LOOKING" lines; for zabd also its "peer link silent" lines (a healthy server
+   closing and redialling its link to the rebuilding one: not an election, counted apart).
 
 Output: one line per step on stdout (progress on stderr), a markdown table per N with both
 systems and the zabd/ZooKeeper ratio, and a final JSON line (--json PATH writes it too).
@@ -203,7 +204,12 @@ class ZabdSide:
         return self.c.log_text(i)
 
     def elections(self, text: str) -> list[str]:
-        return [ln for ln in text.splitlines() if "role changed" in ln or "peer link silent" in ln]
+        return [ln for ln in text.splitlines() if "role changed" in ln]
+
+    def silent_links(self, text: str) -> list[str]:
+        # not an election: a healthy node closing (and redialling) a peer link that went
+        # quiet, which during a rebuild is the link to the node being rebuilt
+        return [ln for ln in text.splitlines() if "peer link silent" in ln]
 
     def stop(self) -> None:
         self.c.stop()
@@ -381,15 +387,20 @@ def measure(side: Side, n: int, args: argparse.Namespace, work: Path) -> dict[st
     rebuild["write_load"] = r
     seen = {i: side.elections(side.log_text(i)[offsets[i]:]) for i in healthy}
     rebuild["elections"] = sum(len(v) for v in seen.values())
-    # the lines themselves: a count alone does not say which link went silent or who took over
+    # the lines themselves: a count alone does not say who took over or which link went quiet
     rebuild["election_lines"] = {i: v[:20] for i, v in seen.items() if v}
+    if isinstance(side, ZabdSide):
+        silent = {i: side.silent_links(side.log_text(i)[offsets[i]:]) for i in healthy}
+        rebuild["silent_links"] = sum(len(v) for v in silent.values())
+        rebuild["silent_link_lines"] = {i: v[:20] for i, v in silent.items() if v}
     res["rebuild"] = rebuild
     lat = r.get("lat_ms", {})
     step(system, n, f"follower {victim} rebuild: "
                     + (f"{rebuild['rebuild_s']:.1f} s" if rebuild["rebuild_s"] is not None else "NOT done")
                     + (f"; healthy writes {r['ops_per_s']:,.0f} ops/s p99 {lat['p99']:.1f} max {lat['max']:.1f} ms, "
                        f"errors {r['errors']}" if "error" not in r else f"; load ERROR {r['error']}")
-                    + f"; elections/role changes {rebuild['elections']}"
+                    + f"; role changes on the healthy servers {rebuild['elections']}"
+                    + (f", peer links closed as silent {rebuild['silent_links']}" if "silent_links" in rebuild else "")
                     + ("" if rebuild["load_running_at_end"] else " (load window ended before the rebuild did)"))
     return res
 
@@ -451,14 +462,15 @@ def rows(r: dict[str, Any]) -> dict[str, float | None]:
         "healthy writes during rebuild ops/s": g("rebuild", "write_load", "ops_per_s"),
         "healthy write p99 during rebuild ms": g("rebuild", "write_load", "lat_ms", "p99"),
         "healthy write max during rebuild ms": g("rebuild", "write_load", "lat_ms", "max"),
-        "elections during rebuild": g("rebuild", "elections"),
+        "elections during rebuild (healthy servers' role changes)": g("rebuild", "elections"),
+        "peer links closed as silent during rebuild (zabd only)": g("rebuild", "silent_links"),
     }
 
 
 def fmt(v: float | None, metric: str) -> str:
     if v is None:
         return "n/a"
-    if "elections" in metric or v >= 100:
+    if "during rebuild (" in metric or v >= 100:
         return f"{v:,.0f}"
     return f"{v:,.2f}"
 
@@ -471,7 +483,7 @@ def table(n: int, results: dict[str, dict[str, Any]], args: argparse.Namespace) 
     for k in zk:
         a, b = zb[k], zk[k]
         fa, fb = fmt(a, k), fmt(b, k)
-        lines.append(f"| {k} | {fb} | {fa} | {_ratio(a, b) if 'elections' not in k else ''} |")
+        lines.append(f"| {k} | {fb} | {fa} | {_ratio(a, b) if 'during rebuild (' not in k else ''} |")
     for system in SYSTEMS:
         if "error" in results.get(system, {}):
             lines.append(f"\n{LABEL[system]}: ERROR {results[system]['error']}")
