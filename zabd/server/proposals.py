@@ -54,6 +54,7 @@ ZK = 3  # a ZooKeeper session's write; answered by the ZooKeeper session layer
 ZK_SYNC = 4  # a ZooKeeper session's sync
 ZK_RECONFIG = 5  # a ZooKeeper session's reconfig
 ZK_ATTACH = 6  # a ZooKeeper session re-attached: decided once the leader's commit point is applied here
+SYNCS = (SYNC, ZK_SYNC, ZK_ATTACH)  # wrote nothing: answered with a commit point once it is applied here
 
 
 class Answers(Protocol):
@@ -351,23 +352,25 @@ class ProposalPath:
                 self.links.send_frame(req.peer, frame((wire.TAG_FORWARD_OK, req.rid, pz)))
         self._told = max(told, z)
 
-    def answer_applied(self, z: int, result: object) -> None:
+    def answer_applied(self, z: int, result: object, seen: bool = True) -> None:
         """The txn ``z`` is applied here, with ``result`` (what the state
         machine returned): answer who waited for it, before the next txn
-        changes the state that what their sessions asked after it reads."""
+        changes the state that what their sessions asked after it reads.
+        A request waiting for an earlier txn (or, ``seen`` false, for any
+        txn up to ``z``) never saw its txn applied: a snapshot replaced it."""
         pending = self.pending
         while pending and pending[0][0] <= z:
             pz, req = pending.popleft()
             if req is None or (req.peer and pz <= self._told):
                 continue
-            if pz == z:
+            if seen and pz == z:
                 self._succeed(req, z, result)
             else:
                 self._unseen(req, "the write's txn was replaced here by a snapshot")
         done = self.committed_elsewhere
         while done and done[0].zxid <= z:
             req = done.popleft()
-            if req.zxid == z:
+            if seen and req.zxid == z:
                 self._succeed(req, z, result)
             else:
                 self._unseen(req, "the write's txn was replaced here by a snapshot")
@@ -377,14 +380,14 @@ class ProposalPath:
         at or below it never saw its txn applied (a snapshot replaced it)."""
         if (self.pending and self.pending[0][0] <= z) or (self.committed_elsewhere
                                                           and self.committed_elsewhere[0].zxid <= z):
-            self.answer_applied(z, None)
+            self.answer_applied(z, None, seen=False)
         if self.admit:
             self._drain()
 
     def _unseen(self, req: Request, why: str) -> None:
         """Committed, but its txn was applied here without this request
         knowing it: what it did (ok or a failed condition) is unknown here."""
-        if req.kind in (RAW, SYNC, ZK_SYNC, ZK_ATTACH):  # their answer says no more than the zxid
+        if req.kind == RAW or req.kind in SYNCS:  # their answer says no more than the zxid
             self._succeed(req, req.zxid, None)
         else:
             self._fail(req, schema.LEADER_LOST, f"committed, but {why}: its result (ok or a failed condition) is "
@@ -422,13 +425,10 @@ class ProposalPath:
         self.leader_changed(why)
         done, self.committed_elsewhere = self.committed_elsewhere, deque()
         for req in done:
-            if req.kind == RAW:  # committed on a quorum: that is all a raw write's answer says
-                self._succeed(req, req.zxid, None)
-            elif req.kind in (SYNC, ZK_SYNC, ZK_ATTACH):  # nothing was written: safe to ask again
+            if req.kind in SYNCS:  # nothing was written: safe to ask again
                 self._fail(req, retry_code, f"{why}; retry")
-            else:
-                self._fail(req, schema.LEADER_LOST, f"committed, but {why} before it applied the write "
-                           "here: its result (ok or a failed condition) is unknown; read the key")
+            else:  # a raw write is only "committed"; any other's result is unknown here
+                self._unseen(req, f"{why} before it applied the write here")
 
     def _succeed(self, req: Request | None, z: int, result: object) -> None:
         if req is None:
