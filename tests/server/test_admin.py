@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from zabd.client import Client
 from zabd.client.spawn import LocalCluster
+from zabd.config import FOUR_LETTER_WORDS
 from zabd.server.admin import STATUS_WORDS, visible_status
-from zabd.server.zk.words import FOUR_LETTER_WORDS
 
 Factory = Callable[..., LocalCluster]
 

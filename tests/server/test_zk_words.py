@@ -21,8 +21,8 @@ from tests.server import real_zk
 from tests.server.real_zk import StandaloneZooKeeper, needs_zookeeper, zookeepers
 from tests.server.zk_driver import four_letter
 from zabd.client.spawn import LocalCluster
+from zabd.config import FOUR_LETTER_WORDS, ZK_WORDS
 from zabd.server.zk.metrics import NOT_MEASURED
-from zabd.server.zk.words import FOUR_LETTER_WORDS, ZK_WORDS
 from zabd.zk import jute
 from zabd.zk.records import GetData
 

@@ -93,11 +93,10 @@ from typing import Any
 import structlog
 
 from tests.zk.test_jute import corpus, mutate
-from zabd.config import ServerConfig
+from zabd.config import ZK_WORDS, ServerConfig
 from zabd.kv.kvmachine import KVMachine
 from zabd.server.replica import Replica
 from zabd.server.zk.port import ZKClientLink
-from zabd.server.zk.words import ZK_WORDS
 from zabd.storage.base import MemoryStorage
 from zabd.zk import jute
 from zabd.zk.acl import ACL, ANYONE, CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Id, digest_id

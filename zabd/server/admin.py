@@ -31,7 +31,7 @@ import h11
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from zabd.server.zk.words import DEFAULT_WHITELIST, FOUR_LETTER_WORDS
+from zabd.config import DEFAULT_WHITELIST, FOUR_LETTER_WORDS
 
 MAX_REQUEST = 16 * 1024
 IDLE_S = 30.0

@@ -21,10 +21,10 @@ from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.protocol.node import Node
 from zabd.protocol.window import txn_zxid
-from zabd.server.auth import ADMIN
 from zabd.server.client_session import ClientSession
 from zabd.server.snapshots import Snapshotter
 from zabd.storage.base import PurgedError, Storage
+from zabd.tokens import ADMIN
 
 WATCH_PAGE = 1000
 READ_PAGE_BYTES = 4 << 20

@@ -17,11 +17,6 @@ from __future__ import annotations
 
 import hmac
 
-# the roles and the file are shared with the config model (zabd.tokens); the server checks them here
-from zabd.tokens import ADMIN, RO, ROLES, RW, TokenFileError, load_tokens
-
-__all__ = ["ADMIN", "RO", "ROLES", "RW", "Authenticator", "TokenFileError", "load_tokens"]
-
 
 class Authenticator:
     def __init__(self, tokens: dict[str, str] | None) -> None:

@@ -11,8 +11,8 @@ import sys
 from typing import Any, NoReturn
 
 from zabd.config import ConfigError, ServerConfig, load_config
-from zabd.server.auth import TokenFileError
 from zabd.storage.txnlog import StorageError
+from zabd.tokens import TokenFileError
 from zabd.zk.jaas import JaasError
 
 

@@ -25,12 +25,13 @@ from zabd.kv.kvmachine import KVMachine
 from zabd.machine import StateMachine
 from zabd.protocol.node import LEADING
 from zabd.server.applier import Applier, Watches, visible
-from zabd.server.auth import ADMIN, RO, RW, Authenticator
+from zabd.server.auth import Authenticator
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
 from zabd.server.reconfig import ReconfigError, node_ids, requested
 from zabd.server.zk.sessions import ZKSessions
 from zabd.storage.base import PurgedError
+from zabd.tokens import ADMIN, RO, RW
 from zabd.zk.msgpack_wire import MsgpackWire, decode_request
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from zabd.codec.framing import FrameReader
-from zabd.server.auth import RW
+from zabd.tokens import RW
 
 MAX_OUTSTANDING = 4096  # requests in flight on one connection before reading pauses
 # deferred answers computed ahead of the transport, per connection: a batch of reads

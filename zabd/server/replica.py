@@ -35,7 +35,7 @@ from zabd.protocol.node import FOLLOWING, Node, role_name
 from zabd.server import peer_wire as wire
 from zabd.server.admin import AdminServer
 from zabd.server.applier import Applier, Watches
-from zabd.server.auth import Authenticator, load_tokens
+from zabd.server.auth import Authenticator
 from zabd.server.client_service import ClientService
 from zabd.server.metrics import Counters, ReplicaCollector, registry, zookeeper_exposition
 from zabd.server.outbound import Outbound
@@ -55,6 +55,7 @@ from zabd.server.zlog import get_logger, set_context
 from zabd.storage.base import MemoryStorage, Storage
 from zabd.storage.disk import DiskStorage
 from zabd.storage.effect_pipeline import EffectPipeline
+from zabd.tokens import load_tokens
 from zabd.zk.records import SessionResult
 from zabd.zk.tree import Applied
 

@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Protocol
 
 from zabd.codec.framing import FrameError
 from zabd.config import ServerConfig, parse_hostport
-from zabd.server.auth import ADMIN, RW
 from zabd.server.client_session import ClientSession
 from zabd.server.limits import ClientGuard, ClientLimits, total_connections
 from zabd.server.link import Link
@@ -32,6 +31,7 @@ from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipR
 from zabd.server.peer_wire import Members
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import cert_names, client_context, describe_error, identity_problem, node_name, server_context
+from zabd.tokens import ADMIN, RW
 
 # what a TLS connection holds besides its frames (OpenSSL's state and record buffers), for the trim
 TLS_CONN_BYTES = 64 << 10

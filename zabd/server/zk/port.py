@@ -29,13 +29,14 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from zabd.config import ZK_WORDS
 from zabd.server.client_session import ClientSession
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zk import words
 from zabd.server.zk.metrics import ZkMetrics
 from zabd.server.zk.sessions import ZKSessions
 from zabd.server.zk.stats import UPDATE_OPS, Client, ConnStats, PortStats
-from zabd.server.zk.words import ZK_WORDS, Status
+from zabd.server.zk.words import Status
 from zabd.tls import server_context
 from zabd.zk import jute
 from zabd.zk.errors import Code

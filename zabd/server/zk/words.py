@@ -23,9 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 # the words' names are the config's (zk_4lw_whitelist is checked against them)
-from zabd.config import DEFAULT_WHITELIST as DEFAULT_WHITELIST
-from zabd.config import FOUR_LETTER_WORDS as FOUR_LETTER_WORDS
-from zabd.config import ZK_WORDS as ZK_WORDS
+from zabd.config import DEFAULT_WHITELIST, FOUR_LETTER_WORDS
 from zabd.server.zk import metrics as zk_metrics
 from zabd.server.zk.stats import Client
 
