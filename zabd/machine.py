@@ -10,6 +10,7 @@ stopping commits and send it to a follower that is too far behind.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
@@ -19,6 +20,16 @@ from zabd.protocol.messages import Txn
 class MalformedTxn(ValueError):
     """A committed txn a state machine will not apply: it changed nothing,
     and every replica refuses it alike (same bytes, same checks)."""
+
+
+class Restoring(Protocol):
+    def feed(self, data: bytes | memoryview) -> None:
+        """The snapshot's next bytes; ValueError if they cannot be one's."""
+        ...
+
+    def check(self) -> None:
+        """ValueError unless what was fed is a whole, valid snapshot."""
+        ...
 
 
 class StateMachine(Protocol):
@@ -41,6 +52,21 @@ class StateMachine(Protocol):
 
     def encode_view(self, view: object) -> bytes:
         """Encode a ``snapshot_view()``; safe on any thread."""
+        ...
+
+    def encode_chunks(self, view: object, size: int) -> Iterator[bytes]:
+        """``encode_view(view)`` in pieces of about ``size`` bytes, each a
+        bounded step of work: a SNAP streamed between a leader's other work,
+        a snapshot written without holding the interpreter for its length."""
+        ...
+
+    def restoring(self) -> Restoring:
+        """A restore fed piece by piece (``restore`` is one piece)."""
+        ...
+
+    def restore_from(self, restoring: object) -> None:
+        """Replace the whole state with what a ``restoring()`` was fed
+        (ValueError, nothing replaced, if that was not a whole snapshot)."""
         ...
 
     @property
@@ -75,6 +101,41 @@ class NullMachine:
 
     def encode_view(self, view: object) -> bytes:
         return b""
+
+    def encode_chunks(self, view: object, size: int) -> Iterator[bytes]:
+        yield b""
+
+    def restoring(self) -> Restoring:
+        return NothingToRestore()
+
+    def restore_from(self, restoring: object) -> None:
+        pass
+
+
+class WholeRestore:
+    """The restore of a state machine that decodes its snapshot in one go:
+    the pieces are kept until ``restore_from`` has them all."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, data: bytes | memoryview) -> None:
+        self._data += data
+
+    def check(self) -> None:
+        pass  # decoded by restore_from, all at once
+
+    def data(self) -> bytes:
+        return bytes(self._data)
+
+
+class NothingToRestore:
+    def feed(self, data: bytes | memoryview) -> None:
+        if data:
+            raise ValueError(f"a snapshot of {len(data)} bytes for a server without a state machine")
+
+    def check(self) -> None:
+        pass
 
 
 def record_change(changes: list[tuple[int, bytes]], txn: Txn) -> None:

@@ -3,6 +3,8 @@ real core: no socket, no timing (as h11 is tested)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import msgpack
 import pytest
 
@@ -19,7 +21,7 @@ from zabd.protocol.node import Node
 from zabd.protocol.options import SERVER
 from zabd.server import peer_wire as wire
 from zabd.server.client_session import MAX_OUTSTANDING, ClientSession
-from zabd.server.peer_session import HandshakeDone, MembershipRefused, PeerSession, SyncArrived
+from zabd.server.peer_session import HandshakeDone, MembershipRefused, PeerSession, SnapPiece, SyncArrived
 from zabd.server.proposals import ProposalPath
 
 MEMBERS = frozenset({1, 2, 3})
@@ -144,7 +146,7 @@ def test_core_messages_and_new_leader_parts() -> None:
     assert got == [Commit(7), NewLeader(2, history)]  # parts joined, ping absorbed
 
 
-def test_a_sync_plan_arrives_whole() -> None:
+def test_a_sync_plan_arrives_whole_and_its_snapshot_piece_by_piece() -> None:
     s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
     t1, t2 = Txn(zx.make(4, 1), b"a"), Txn(zx.make(4, 2), b"b")
     data = (
@@ -153,11 +155,55 @@ def test_a_sync_plan_arrives_whole() -> None:
         + frame((wire.TAG_SYNC_TXNS, 5, 0, [t1]))
         + frame((wire.TAG_SYNC_TXNS, 5, 1, [t2]))
     )
-    (arrived,) = s.feed(data, 0.0)
-    assert isinstance(arrived, SyncArrived)
-    assert arrived.plan.mode == "SNAP" and arrived.snapshot == b"snap-shot" and arrived.txns == (t1, t2)
+    first, second, arrived = s.feed(data, 0.0)
+    assert isinstance(first, SnapPiece) and isinstance(second, SnapPiece) and isinstance(arrived, SyncArrived)
+    assert first.plan is second.plan is arrived.plan
+    assert (first.data, second.data) == (b"snap-", b"shot")
+    assert arrived.plan.mode == "SNAP" and arrived.txns == (t1, t2)
     with pytest.raises(FrameError, match="without its SyncPlan"):
         s.feed(frame((wire.TAG_SYNC_TXNS, 5, 1, [t2])), 0.0)
+
+
+def test_snapshot_data_after_the_plans_txns_began_is_refused() -> None:
+    s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
+    t1 = Txn(zx.make(4, 1), b"a")
+    s.feed(frame((wire.TAG_SYNC_PLAN, 5, "SNAP", 0, 9, 9, b"")) + frame((wire.TAG_SYNC_TXNS, 5, 0, [t1])), 0.0)
+    with pytest.raises(FrameError, match="SnapData without"):
+        s.feed(frame((wire.TAG_SNAP_DATA, 5, b"late")), 0.0)
+
+
+def test_a_stream_is_taken_a_step_at_a_time_and_what_follows_waits_behind_it() -> None:
+    s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
+    s.take_output(0.0)  # the Hello
+    pulled: list[int] = []
+
+    def pieces(tag: bytes, n: int) -> Iterator[bytes]:
+        for i in range(n):
+            pulled.append(i)
+            yield tag + bytes(99)
+
+    s.push(b"before")
+    s.push_stream(pieces(b"a", 10))
+    s.push(b"after")  # a Commit, a ping...
+    s.push_stream(pieces(b"b", 2))
+    s.push(b"last")
+    assert s.take_output(0.1, room=0) == [b"before"]  # the socket is full: nothing of the stream
+    assert pulled == []  # produced only as the link takes it
+    out = s.take_output(0.2, room=250)
+    assert [len(f) for f in out] == [100, 100, 100] and len(pulled) == 3
+    rest = s.take_output(0.4, room=10_000)
+    assert rest == [b"a" + bytes(99)] * 7 + [b"after"] + [b"b" + bytes(99)] * 2 + [b"last"]
+    assert s.stream is None
+    s.push(b"now")
+    assert s.take_output(0.5) == [b"now"]
+
+
+def test_no_ping_is_queued_behind_a_stream() -> None:
+    s = PeerSession(1, MEMBERS, 3, 1 << 20, now=0.0)
+    s.take_output(0.0)
+    s.push_stream(iter([b"x"]))
+    assert s.keepalive(1.0, ping_s=0.25, silence_s=1.5)
+    assert s.take_output(1.0, room=10) == [b"x"] and s.stream is None
 
 
 def test_keepalive_pings_an_idle_link_and_gives_up_on_a_silent_one() -> None:

@@ -52,7 +52,7 @@ from zabd.zk.records import (
     ttl_of,
 )
 from zabd.zk.sessions import password_digest, password_matches
-from zabd.zk.tree import Applied, DataTree
+from zabd.zk.tree import Applied, DataTree, TreeBuilder
 
 T0 = 1_700_000_000_000
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -924,10 +924,10 @@ def test_restore_refuses_another_format_number_and_truncation() -> None:
     zk = ZK()
     zk.create("/n", b"x")
     snap = zk.tree.snapshot()
-    # the format number is the second byte (after the array header): 5 -> 6
-    assert snap[1] == 5
+    # the format number is the second byte (after the array header): 6 -> 7
+    assert snap[1] == 6
     with pytest.raises(ValueError, match="format"):
-        DataTree.restore(snap[:1] + b"\x06" + snap[2:])
+        DataTree.restore(snap[:1] + b"\x07" + snap[2:])
     with pytest.raises(ValueError):
         DataTree.restore(snap[:-3])
 
@@ -938,12 +938,73 @@ def test_restore_takes_an_older_snapshot_and_recomputes_its_digest(fmt: int) -> 
     # same, the digest is recomputed
     zk = ZK()
     zk.create("/n", b"x")
-    fields = list(msgpack.unpackb(zk.tree.snapshot(), raw=False))
-    fields[0] = fmt
+    fields = list(msgpack.unpackb(as_format(zk.tree.snapshot(), fmt), raw=False))
     fields[2] ^= 1  # another hash's digest
     tree = DataTree.restore(msgpack.packb(fields, use_bin_type=True))
     assert tree.digest == zk.tree.digest
     assert tree.nodes["/n"].data == b"x"
+
+
+def as_format(snap: bytes, fmt: int) -> bytes:
+    """A format-6 snapshot rewritten as formats 2 to 5 wrote it: rows of
+    three fields (four for null data), the ACL table after them."""
+    f6, applied, digest, rows, _, sessions, count = msgpack.unpackb(snap, raw=False)
+    assert f6 == 6
+    acls = [row[4] for row in rows if len(row) == 5]
+    old = [[p, blob, a, 1] if len(row) > 3 and row[3] else [p, blob, a] for row in rows for p, blob, a in [row[:3]]]
+    return msgpack.packb([fmt, applied, digest, old, acls, sessions, count], use_bin_type=True)
+
+
+def test_restore_takes_a_format_5_snapshot() -> None:
+    zk = ZK()
+    zk.create("/n", b"x", acl=(ACL(ALL, Id("ip", "10.0.0.1")),))
+    zk.create("/null", None)
+    zk.create("/e", mode=EPHEMERAL)
+    tree = DataTree.restore(as_format(zk.tree.snapshot(), 5))
+    assert tree.digest == zk.tree.digest
+    assert tree.snapshot() == zk.tree.snapshot()
+
+
+def test_snapshot_in_pieces_is_the_snapshot_whole() -> None:
+    """What a SNAP streams: the chunks join to the snapshot's bytes, and a
+    builder fed them in pieces of any size (a row split anywhere) makes the
+    same tree as one restore."""
+    zk = ZK()
+    for i in range(30):
+        acl = OPEN_ACL_UNSAFE if i < 3 else (ACL(ALL, Id("ip", f"10.0.0.{i % 4}")),)
+        zk.create(f"/p{i % 3}" if i < 3 else f"/p{i % 3}/c{i}", bytes([i]) * i, acl=acl)
+    zk.create("/p0/null", None)
+    zk.create("/e", mode=EPHEMERAL)
+    view = zk.tree.snapshot_view()
+    chunks = list(DataTree.encode_chunks(view, 64))
+    assert len(chunks) > 10
+    snap = b"".join(chunks)
+    assert snap == zk.tree.snapshot()
+    for step in (1, 7, 64, 1000, len(snap)):
+        builder = TreeBuilder()
+        for off in range(0, len(snap), step):
+            builder.feed(snap[off : off + step])
+        assert builder.done
+        tree = builder.finish()
+        assert tree.digest == zk.tree.digest
+        assert tree.snapshot() == snap
+        assert tree.ephemerals == zk.tree.ephemerals
+        assert tree.children_of("/p1") == zk.tree.children_of("/p1")
+
+
+def test_builder_refuses_a_snapshot_cut_short_or_followed_by_more() -> None:
+    zk = ZK()
+    zk.create("/n", b"x")
+    snap = zk.tree.snapshot()
+    builder = TreeBuilder()
+    builder.feed(snap[:-1])
+    assert not builder.done
+    with pytest.raises(ValueError, match="cut short"):
+        builder.finish()
+    builder = TreeBuilder()
+    builder.feed(snap + b"\x01")
+    with pytest.raises(ValueError, match="after its end"):
+        builder.finish()
 
 
 def test_snapshot_view_is_copy_on_write() -> None:
@@ -999,7 +1060,7 @@ def test_a_snapshot_of_format_4_holds_passwords_and_restores_with_their_digests(
     replayed = DataTree()
     replayed.apply(1, legacy)
     assert replayed.sessions[77].password_digest == password_digest(password)
-    fmt, applied, _, rows, acls, sessions, count = msgpack.unpackb(replayed.snapshot(), raw=False)
+    fmt, applied, _, rows, acls, sessions, count = msgpack.unpackb(as_format(replayed.snapshot(), 5), raw=False)
     assert fmt == 5 and sessions == [[77, 30_000, password_digest(password)]]
     nodes = sum(replayed._node_hash(p, n) for p, n in replayed.nodes.items())
     old_digest = (nodes + DataTree._session_hash(77, 30_000, password)) & ((1 << 64) - 1)

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from typing import cast
 
 import structlog
 
 from zabd.codec.members import decode_specs, zookeeper_config_text
 from zabd.kv.store import MALFORMED, KVLeader, KVStore, Result
-from zabd.machine import MalformedTxn, record_change
+from zabd.machine import MalformedTxn, Restoring, record_change
 from zabd.protocol.membership import MAGIC as MEMBERSHIP_MAGIC
 from zabd.protocol.membership import decode as decode_membership
 from zabd.protocol.messages import Txn
@@ -42,7 +42,7 @@ from zabd.zk.errors import Code
 from zabd.zk.events import EventType
 from zabd.zk.prep import DEFAULT_MAX_DATA, ZKLeader
 from zabd.zk.records import ErrorResult
-from zabd.zk.tree import CONFIG_PATH, Applied, DataTree
+from zabd.zk.tree import CONFIG_PATH, Applied, DataTree, TreeBuilder
 from zabd.zk.txn import T_ERROR, ZK_MAGIC
 
 # 0xc1 is never the first byte of a msgpack value, so no KV payload is mistaken
@@ -53,6 +53,7 @@ SNAP_MAGIC_M = b"\xc1zkm"
 DIGEST_MAX_KEYS = 200_000
 _LEN = struct.Struct("<Q")
 _CHANGE = struct.Struct("<QI")
+_FEED_STEP = 1 << 22  # a restore's bytes handed to the tree builder this many at a time
 _log = structlog.get_logger("zabd.kv")
 # the kind of the Applied a membership change returns (its config node's watches): ZooKeeper's OpCode.reconfig
 # (no ZooKeeper txn of zabd's has it: a membership change is the core's, zabd.kv.kinds)
@@ -153,22 +154,21 @@ class KVMachine:
         return self.encode_view(self.snapshot_view())
 
     def restore(self, data: bytes) -> None:
-        self.store = KVStore()
-        self.zk = DataTree()
-        self.membership_changes = []
-        if data[:4] in (SNAP_MAGIC, SNAP_MAGIC_M):
-            (kv_len,) = _LEN.unpack_from(data, 4)
-            start = 4 + _LEN.size
-            self.store.restore(data[start : start + kv_len])
-            start += kv_len
-            if data[:4] == SNAP_MAGIC_M:
-                (m_len,) = _LEN.unpack_from(data, start)
-                start += _LEN.size
-                self.membership_changes = _decode_changes(data[start : start + m_len])
-                start += m_len
-            self.zk = DataTree.restore(data[start:])
-        elif data:
-            self.store.restore(data)
+        restoring = self.restoring()
+        restoring.feed(data)
+        self.restore_from(restoring)
+
+    def restoring(self) -> Restoring:
+        return SnapshotRestore()
+
+    def restore_from(self, restoring: object) -> None:
+        """The state a :class:`SnapshotRestore` was fed replaces this one
+        (ValueError, nothing replaced, if it is not a whole snapshot)."""
+        assert isinstance(restoring, SnapshotRestore)
+        store, changes, zk = restoring.finish()
+        self.store = store
+        self.zk = zk
+        self.membership_changes = changes
         if self.membership_changes:
             self._config_from(*self.membership_changes[-1])
             self.zk.stamp_config(self._now())  # the snapshot holds 0 for it
@@ -181,11 +181,17 @@ class KVMachine:
         return (self.store.snapshot_view(), self.zk.snapshot_view(), tuple(self.membership_changes))
 
     def encode_view(self, view: object) -> bytes:
+        return b"".join(self.encode_chunks(view, 1 << 24))
+
+    def encode_chunks(self, view: object, size: int) -> Iterator[bytes]:
+        """The view encoded in pieces of about ``size`` bytes: the KV part
+        and the membership changes in the first (the KV store is sorted
+        whole), then the tree's rows, a bounded step each."""
         kv_view, zk_view, changes = cast(tuple[object, object, tuple[tuple[int, bytes], ...]], view)
         kv = self.store.encode_view(kv_view)
         mem = b"".join(_CHANGE.pack(z, len(p)) + p for z, p in changes)
-        return b"".join((SNAP_MAGIC_M, _LEN.pack(len(kv)), kv, _LEN.pack(len(mem)), mem,
-                         DataTree.encode_view(zk_view)))  # fmt: skip
+        yield b"".join((SNAP_MAGIC_M, _LEN.pack(len(kv)), kv, _LEN.pack(len(mem)), mem))
+        yield from DataTree.encode_chunks(zk_view, size)
 
     def digest(self) -> int | None:
         """CRC-32 of the encoded KV state (equal states, equal digests), for
@@ -205,3 +211,87 @@ def _decode_changes(data: bytes) -> list[tuple[int, bytes]]:
         out.append((z, data[off : off + n]))
         off += n
     return out
+
+
+class SnapshotRestore:
+    """A :class:`KVMachine` snapshot fed in pieces of any size (``feed``) and
+    turned into its parts at the end (``finish``): the tree's rows become
+    nodes as they come (:class:`~zabd.zk.tree.TreeBuilder`), so a follower
+    receiving a streamed SNAP never does the whole restore in one step.
+    The KV part and the changes (the head) are kept whole until complete."""
+
+    def __init__(self) -> None:
+        self._head = bytearray()
+        self._parts: tuple[KVStore, list[tuple[int, bytes]]] | None = None
+        self._tree: TreeBuilder | None = None
+        self._bare = False  # a KV-only snapshot: no tree, kept whole
+        self._whole: tuple[KVStore, list[tuple[int, bytes]], DataTree] | None = None
+        self.received = 0
+
+    def feed(self, data: bytes | memoryview) -> None:
+        self.received += len(data)
+        tree = self._tree
+        if tree is not None:
+            _feed_in_steps(tree, data)
+            return
+        head = self._head
+        head += data
+        if self._bare or len(head) < 4:
+            return
+        magic = bytes(head[:4])
+        if magic not in (SNAP_MAGIC, SNAP_MAGIC_M):
+            self._bare = True
+            return
+        start = 4 + _LEN.size
+        if len(head) < start:
+            return
+        (kv_len,) = _LEN.unpack_from(head, 4)
+        end = start + kv_len
+        changes: list[tuple[int, bytes]] = []
+        if magic == SNAP_MAGIC_M:
+            if len(head) < end + _LEN.size:
+                return
+            (m_len,) = _LEN.unpack_from(head, end)
+            m_start = end + _LEN.size
+            if len(head) < m_start + m_len:
+                return
+            changes = _decode_changes(bytes(head[m_start : m_start + m_len]))
+            tree_at = m_start + m_len
+        else:
+            if len(head) < end:
+                return
+            tree_at = end
+        store = KVStore()
+        store.restore(bytes(head[start:end]))
+        self._parts = (store, changes)
+        tree = self._tree = TreeBuilder()
+        rest = bytes(head[tree_at:])
+        self._head = bytearray()
+        _feed_in_steps(tree, rest)
+
+    def check(self) -> None:
+        self.finish()
+
+    def finish(self) -> tuple[KVStore, list[tuple[int, bytes]], DataTree]:
+        """The parts (once made, the same ones); ValueError if the snapshot
+        was cut short or is not valid."""
+        if self._whole is None:
+            self._whole = self._finish()
+        return self._whole
+
+    def _finish(self) -> tuple[KVStore, list[tuple[int, bytes]], DataTree]:
+        if self._tree is not None and self._parts is not None:
+            return self._parts[0], self._parts[1], self._tree.finish()
+        if self._bare:
+            store = KVStore()
+            store.restore(bytes(self._head))
+            return store, [], DataTree()
+        if not self._head:
+            return KVStore(), [], DataTree()
+        raise ValueError(f"snapshot cut short: {len(self._head)} bytes of its head")
+
+
+def _feed_in_steps(tree: TreeBuilder, data: bytes | memoryview) -> None:
+    mv = memoryview(data)
+    for off in range(0, len(mv), _FEED_STEP):
+        tree.feed(mv[off : off + _FEED_STEP])

@@ -22,13 +22,13 @@ Payloads are msgpack arrays: ``[1, key, value, version]``, ``[2, key]``,
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, cast
 
 import msgpack
 
 from zabd.codec.framing import pack
-from zabd.machine import MalformedTxn
+from zabd.machine import MalformedTxn, Restoring, WholeRestore
 from zabd.protocol.messages import Txn
 
 OK = "ok"
@@ -185,6 +185,16 @@ class KVStore:
         items = [[k, v[0], v[1]] for k, v in sorted(data.items())]
         body: bytes = msgpack.packb([_SNAP_VERSION, applied, items])
         return body
+
+    def encode_chunks(self, view: object, size: int) -> Iterator[bytes]:
+        yield self.encode_view(view)  # sorted whole: one piece
+
+    def restoring(self) -> Restoring:
+        return WholeRestore()
+
+    def restore_from(self, restoring: object) -> None:
+        assert isinstance(restoring, WholeRestore)
+        self.restore(restoring.data())
 
     def snapshot(self) -> bytes:
         return self.encode_view(self.snapshot_view())

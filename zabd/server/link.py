@@ -62,3 +62,7 @@ class Link(asyncio.Protocol):
 
     def take_output(self, now: float) -> list[bytes]:
         raise NotImplementedError
+
+    def more_output(self) -> bool:
+        """Something is left to take at the loop's next turn (a stream)."""
+        return False

@@ -92,7 +92,11 @@ class Outbound:
             return
         frames = self.sync.frames(e)  # None: its log was purged; the core's retry replans
         if frames is not None:
-            self.transport.send_frames(e.dst, frames)
+            net = self.transport
+            net.send_frames(e.dst, frames.head)
+            if frames.snapshot is not None:
+                net.send_stream(e.dst, frames.snapshot)  # everything sent after it waits behind it
+            net.send_frames(e.dst, frames.tail)
 
     def _encode(self, msg: Message) -> bytes:
         return self.sync.info_frame(msg) if isinstance(msg, SyncInfo) else wire.encode_message(msg)

@@ -9,7 +9,8 @@ last heard from and last spoken on, for the transport's keep-alive.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from zabd.codec.framing import FrameError, FrameReader, frame, short
@@ -32,18 +33,32 @@ class HandshakeDone(NamedTuple):
     peer: int
 
 
-class SyncArrived(NamedTuple):
-    """A complete sync plan from the leader: its plan frame, the snapshot
-    bytes (SNAP only) and every txn that follows."""
+class SnapPiece(NamedTuple):
+    """The next bytes of a SNAP plan's snapshot, as they arrive (the plan
+    frame's own, then each SnapData's): the replica builds the state and
+    writes the file as they come, never holding the whole snapshot."""
 
     plan: wire.SyncPlanFrame
-    snapshot: bytes | None
+    data: bytes
+
+
+class SyncArrived(NamedTuple):
+    """A complete sync plan from the leader: its plan frame and every txn
+    that follows (a SNAP's snapshot came before, in ``SnapPiece`` events)."""
+
+    plan: wire.SyncPlanFrame
     txns: tuple[Txn, ...]
 
 
 # What a session hands the replica: a core message (NewLeader parts already
-# joined), a driver frame, or one of the two events above.
-PeerEvent = Message | HandshakeDone | SyncArrived | wire.DriverFrame
+# joined), a driver frame, or one of the events above.
+PeerEvent = Message | HandshakeDone | SnapPiece | SyncArrived | wire.DriverFrame
+
+# A stream's frames (a SNAP's snapshot) are taken this many bytes at a time,
+# and no more while the socket holds STREAM_WINDOW unsent: a step of encoding
+# between the loop's other work, and a slow reader costs this node a window.
+STREAM_STEP = 1 << 20
+STREAM_WINDOW = 4 << 20
 
 
 class PeerSession:
@@ -74,11 +89,14 @@ class PeerSession:
         self.reader = FrameReader(max_frame)
         self.max_frame = max_frame
         self.out: list[bytes] = []
+        # a stream being sent, and what was queued behind it (frames, more streams)
+        self.stream: Iterator[bytes] | None = None
+        self._behind: deque[bytes | Iterator[bytes]] = deque()
         self.closed = False
         self.last_rx = self.last_tx = now
         self._parts: list[Txn] = []
         self._parts_epoch = -1
-        self._sync: tuple[wire.SyncPlanFrame, bytearray | None, list[Txn]] | None = None
+        self._sync: tuple[wire.SyncPlanFrame, list[Txn]] | None = None
         self.on_output: Callable[[], None] | None = None  # told when output appears
         # with TLS: why the verified certificate may not speak for a node (None: it may)
         self.identity: Callable[[int], str | None] | None = None
@@ -168,25 +186,27 @@ class PeerSession:
         self._parts_epoch = -1
         return msg
 
-    def _sync_plan(self, plan: wire.SyncPlanFrame) -> None:
-        self._sync = (plan, bytearray(plan.data) if plan.data is not None else None, [])
+    def _sync_plan(self, plan: wire.SyncPlanFrame) -> SnapPiece | None:
+        self._sync = (plan, [])
+        return SnapPiece(plan, plan.data) if plan.data is not None else None
 
-    def _snap_data(self, more: wire.SnapData) -> None:
-        if self._sync is None or self._sync[0].epoch != more.epoch or self._sync[1] is None:
+    def _snap_data(self, more: wire.SnapData) -> SnapPiece:
+        sync = self._sync
+        if sync is None or sync[0].epoch != more.epoch or sync[0].data is None or sync[1]:
             raise FrameError("SnapData without its SNAP plan")
-        self._sync[1].extend(more.data)
+        return SnapPiece(sync[0], more.data)
 
     def _sync_txns(self, part: wire.SyncTxns) -> SyncArrived | None:
         if self._sync is None or self._sync[0].epoch != part.epoch:
             raise FrameError("SyncTxns without its SyncPlan")
-        plan, data, txns = self._sync
+        plan, txns = self._sync
         if txns and part.txns and part.txns[0].zxid <= txns[-1].zxid:
             raise FrameError("sync plan txns are not in ascending zxid order")
         txns.extend(part.txns)
         if not part.final:
             return None
         self._sync = None
-        return SyncArrived(plan, bytes(data) if data is not None else None, tuple(txns))
+        return SyncArrived(plan, tuple(txns))
 
     @property
     def mid_frame(self) -> int:
@@ -196,21 +216,59 @@ class PeerSession:
     # --------------------------------------------------------------- output
 
     def push(self, data: bytes) -> None:
+        if self.stream is not None:
+            self._behind.append(data)
+            return
         if not self.out and self.on_output is not None:
             self.on_output()
         self.out.append(data)
 
     def push_all(self, frames: list[bytes]) -> None:
+        if self.stream is not None:
+            self._behind.extend(frames)
+            return
         if not self.out and self.on_output is not None:
             self.on_output()
         self.out.extend(frames)
 
-    def take_output(self, now: float) -> list[bytes]:
+    def push_stream(self, frames: Iterator[bytes]) -> None:
+        """Frames produced as the link takes them (``take_output``'s
+        ``room``), in order with everything pushed before and after."""
+        if self.stream is not None:
+            self._behind.append(frames)
+            return
+        self.stream = frames
+        if not self.out and self.on_output is not None:
+            self.on_output()
+
+    def take_output(self, now: float, room: int = STREAM_STEP) -> list[bytes]:
+        """What to write now: everything queued, and of a stream up to
+        ``room`` bytes (0 while the socket's buffer is full)."""
         out = self.out
+        self.out = []
+        while self.stream is not None and room > 0:
+            for data in self.stream:
+                out.append(data)
+                room -= len(data)
+                if room <= 0:
+                    break
+            else:
+                self._stream_ended(out)
         if out:
-            self.out = []
             self.last_tx = now
         return out
+
+    def _stream_ended(self, out: list[bytes]) -> None:
+        """The stream is sent: what waited behind it follows, up to the next stream."""
+        self.stream = None
+        behind = self._behind
+        while behind:
+            item = behind.popleft()
+            if isinstance(item, bytes):
+                out.append(item)
+            else:
+                self.stream = item
+                return
 
     def keepalive(self, now: float, ping_s: float, silence_s: float) -> bool:
         """Queue a ping on an idle link; False when the link went silent for
@@ -218,7 +276,7 @@ class PeerSession:
         gives no RST, so TCP alone would wait many seconds)."""
         if now - self.last_rx > silence_s:
             return False
-        if now - self.last_tx >= ping_s and not self.out:
+        if now - self.last_tx >= ping_s and not self.out and self.stream is None:  # a stream is traffic
             self.push(wire.PING_FRAME)
         return True
 

@@ -39,14 +39,14 @@ from zabd.server.auth import Authenticator
 from zabd.server.client_service import ClientService
 from zabd.server.metrics import Counters, ReplicaCollector, registry, zookeeper_exposition
 from zabd.server.outbound import Outbound
-from zabd.server.peer_session import PeerEvent, SyncArrived
+from zabd.server.peer_session import PeerEvent, SnapPiece, SyncArrived
 from zabd.server.proposals import ProposalPath
 from zabd.server.recovery import Recovered, recover
 from zabd.server.roles import RoleTracker
 from zabd.server.snapshots import Snapshotter
-from zabd.server.status import GcTimer, StatusReport, freeze_survivors
+from zabd.server.status import GcTimer, StatusReport, freeze_now, freeze_survivors
 from zabd.server.storage_factory import initial_membership
-from zabd.server.sync import SyncService
+from zabd.server.sync import SnapshotRefused, SyncService
 from zabd.server.transport import ClientLink, Transport
 from zabd.server.zk.expiry import zookeeper_layer
 from zabd.server.zk.port import open_zookeeper_port
@@ -135,6 +135,7 @@ class Replica:
         self._inline_flush = type(storage) is MemoryStorage
         self._on_peer: dict[type, Callable[[int, Any], None]] = {cls: self._core_message for cls in EXTENDED_TYPES}
         self._on_peer |= {
+            SnapPiece: self._snap_piece,
             SyncArrived: self._sync_arrived,
             wire.SyncInfoFrame: lambda p, f: self._core_message(p, SyncInfo(f.base, f.epoch_ends)),
             wire.Forward: self.proposals.on_forward,
@@ -431,6 +432,7 @@ class Replica:
         self._kick()
 
     def peer_down(self, peer: int) -> None:
+        self.sync.abandon(peer)  # a snapshot it was sending will not come whole
         lost_leader = self.node.role == FOLLOWING and self.node.leader == peer
         self.node.link_failed(peer, self.now())
         if lost_leader:
@@ -443,6 +445,8 @@ class Replica:
         try:
             for event in events:
                 on_peer[type(event)](peer, event)
+        except SnapshotRefused:
+            pass  # its link is closed: nothing after the refused snapshot counts
         except Exception as exc:
             self.log.exception("error while handling a peer frame", peer=peer)
             self._die(exc)
@@ -463,8 +467,21 @@ class Replica:
         self.counters.zk.count("learner_commit_received_count")
         self.node.on_message(peer, msg, self.now())
 
+    def _snap_piece(self, peer: int, piece: SnapPiece) -> None:
+        try:
+            self.sync.snap_piece(peer, piece)
+        except SnapshotRefused as exc:
+            self.transport.drop_peer(peer, str(exc))
+            raise
+        freeze_now()
+
     def _sync_arrived(self, peer: int, got: SyncArrived) -> None:
-        self.node.on_message(peer, self.sync.arrived(peer, got), self.now())
+        try:
+            msg = self.sync.arrived(peer, got)
+        except SnapshotRefused as exc:  # the core never hears of the plan; the leader plans again
+            self.transport.drop_peer(peer, str(exc))
+            raise
+        self.node.on_message(peer, msg, self.now())
 
     def client_requests(self, link: ClientLink, bodies: list[Any]) -> None:
         if not self.clients.handle(link.session, bodies, link.addr):

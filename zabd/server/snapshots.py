@@ -2,7 +2,8 @@
 
 A snapshot is taken every ~``snap_count`` applied txns without stopping
 commits: the state machine hands out a cheap immutable view on the event
-loop's thread (``snapshot_view``), a background thread encodes and writes it,
+loop's thread (``snapshot_view``), a background thread encodes and writes it
+piece by piece,
 then purges snapshots beyond ``retain`` and the log segments the oldest
 retained snapshot covers. The file format is ``zabd.storage.snapshot``'s.
 """
@@ -13,7 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,12 +24,13 @@ from zabd.protocol import zxid as zx
 from zabd.storage.txnlog import StorageError
 
 log = logging.getLogger("zabd.storage")
+SNAPSHOT_PIECE = 1 << 20  # ~2 ms of a compiled encode at 1M znodes: the event loop's longest wait on the snapshotter
 
 
 class SnapshotStore(Protocol):
     """What the snapshotter needs of a storage (``DiskStorage`` has it)."""
 
-    def write_snapshot(self, zxid: int, data: bytes) -> object: ...
+    def write_snapshot(self, zxid: int, data: bytes | Iterable[bytes]) -> object: ...
 
     def purge(self, retain: int) -> tuple[int, int]: ...
 
@@ -124,15 +126,16 @@ class Snapshotter:
         if self.error is not None:
             raise StorageError(f"an earlier snapshot failed: {self.error}")
         view = self.machine.snapshot_view()
-        encode = self.machine.encode_view
-        self._thread = threading.Thread(target=self._run, args=(zxid, view, encode), name="zabd-snapshot", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(zxid, view), name="zabd-snapshot", daemon=True)
         self._thread.start()
 
-    def _run(self, zxid: int, view: object, encode: Callable[[object], bytes]) -> None:
+    def _run(self, zxid: int, view: object) -> None:
         try:
             t0 = time.monotonic()
-            data = encode(view)
-            self.storage.write_snapshot(zxid, data)
+            # piece by piece: each file write lets go of the interpreter, so the
+            # event loop runs between pieces even when the encoder is compiled
+            # code that would hold it for the whole state
+            self.storage.write_snapshot(zxid, self.machine.encode_chunks(view, SNAPSHOT_PIECE))
             if self._on_taken is not None:
                 self._on_taken(time.monotonic() - t0)
             self.stats.taken += 1

@@ -18,8 +18,8 @@ import contextlib
 import functools
 import ssl
 import time
-from collections.abc import Callable
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar, Protocol, cast
 
 from zabd.codec.framing import FrameError
 from zabd.config import ServerConfig, parse_hostport
@@ -27,7 +27,15 @@ from zabd.server.client_session import ClientSession
 from zabd.server.limits import ClientGuard, ClientLimits, total_connections
 from zabd.server.link import Link
 from zabd.server.memory import Trimmer
-from zabd.server.peer_session import HandshakeDone, IdentityRefused, MembershipRefused, PeerEvent, PeerSession
+from zabd.server.peer_session import (
+    STREAM_STEP,
+    STREAM_WINDOW,
+    HandshakeDone,
+    IdentityRefused,
+    MembershipRefused,
+    PeerEvent,
+    PeerSession,
+)
 from zabd.server.peer_wire import Members
 from zabd.server.tls_gate import Refusals, TlsListener
 from zabd.tls import cert_names, client_context, describe_error, identity_problem, node_name, server_context
@@ -83,9 +91,12 @@ class PeerLink(Link):
         self.session.on_output = lambda: net.mark(self)
         self.session.guest = net.guest
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.paused = False  # the socket's buffer holds a stream's window: take no more of it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        # a stream (a SNAP) pauses above a window and goes on when a quarter is left
+        cast(asyncio.WriteTransport, transport).set_write_buffer_limits(high=STREAM_WINDOW, low=STREAM_WINDOW // 4)
         self.net.links.add(self)
         if self.net.peer_tls is not None:
             # the dialer's side was checked by TLS itself (server_hostname);
@@ -94,7 +105,18 @@ class PeerLink(Link):
             self.session.identity = lambda node: identity_problem(peercert, node)
 
     def take_output(self, now: float) -> list[bytes]:
-        return self.session.take_output(now)
+        return self.session.take_output(now, 0 if self.paused else STREAM_STEP)
+
+    def more_output(self) -> bool:
+        return self.session.stream is not None and not self.paused and not self.closed
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.session.stream is not None and not self.closed:
+            self.net.mark(self)
 
     def given_up(self) -> None:
         """Its dial was given up (timed out, or cancelled by a membership change)
@@ -468,6 +490,21 @@ class Transport:
         link.session.push_all(frames)
         return True
 
+    def send_stream(self, peer: int, frames: Iterator[bytes]) -> bool:
+        """Frames produced as the link can take them (``PeerSession.push_stream``)."""
+        link = self.peers.get(peer)
+        if link is None or link.closed:
+            return False
+        link.session.push_stream(frames)
+        return True
+
+    def drop_peer(self, peer: int, why: str) -> None:
+        """Close a peer's link after what it sent was refused (it redials)."""
+        link = self.peers.get(peer)
+        if link is not None and not link.closed:
+            self.log.error("closing a peer link: what it sent was refused", peer=peer, addr=link.addr, error=why)
+            link.abort()
+
     def limit_of(self, reason: str) -> int:
         lim = self.guard.limits
         return {"per_address": lim.per_address, "total": lim.total}.get(reason, 0)
@@ -515,6 +552,8 @@ class Transport:
         now = time.monotonic()
         for link in dirty:
             link.write(link.take_output(now))
+            if link.more_output():
+                self.mark(link)  # a stream's next step, at the loop's next turn
             if link.buffered() > link.max_queued:
                 # a stopped reader must not grow this node's memory without bound
                 self.refusals.refused("connection write buffer over the limit; closing it", link.addr, "queued",

@@ -35,7 +35,7 @@ from zabd.protocol.membership import Membership
 from zabd.protocol.messages import Message, Txn
 from zabd.protocol.node import Node
 from zabd.protocol.rand import mix
-from zabd.storage.base import PersistentState, StorageStats, read_from
+from zabd.storage.base import DiscardedSnapshot, PersistentState, SnapshotSink, StorageStats, read_from
 from zabd.storage.effect_pipeline import EffectPipeline
 
 PLANTS: Final = ("early-send",)  # bugs the variant can plant, to show the checker catches them
@@ -115,7 +115,10 @@ class SimStorage:
     def truncate_append(self, after: int, txns: Sequence[Txn]) -> None:
         self.pending.append(TruncateAppend(after, tuple(txns)))
 
-    def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
+    def receive_snapshot(self, zxid: int) -> SnapshotSink:
+        return DiscardedSnapshot()
+
+    def install_snapshot(self, zxid: int, data: bytes | SnapshotSink, log_base: int | None = None) -> None:
         # the simulator installs with install(): its snapshot is the leader's committed prefix
         self.install(zxid, ())
 

@@ -44,6 +44,27 @@ class StorageStats:
     records_synced: int = 0  # txn records made durable
 
 
+class SnapshotSink(Protocol):
+    """Where a snapshot received from a leader goes while it arrives, before
+    ``install_snapshot`` makes it the state (``DiskStorage``: a temp file)."""
+
+    def write(self, data: bytes | memoryview) -> None: ...
+
+    def abort(self) -> None:
+        """The transfer broke off: nothing of it is kept."""
+        ...
+
+
+class DiscardedSnapshot:
+    """The sink of a storage that keeps no snapshot (the state is the caller's)."""
+
+    def write(self, data: bytes | memoryview) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
 class Storage(Protocol):
     stats: StorageStats
 
@@ -61,8 +82,13 @@ class Storage(Protocol):
         """Keep the records up to ``after``, drop the rest, append ``txns``."""
         ...
 
-    def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
-        """A snapshot received from a leader replaces the state; the log
+    def receive_snapshot(self, zxid: int) -> SnapshotSink:
+        """A sink for the snapshot at ``zxid`` a leader is sending, piece by piece."""
+        ...
+
+    def install_snapshot(self, zxid: int, data: bytes | SnapshotSink, log_base: int | None = None) -> None:
+        """A snapshot received from a leader (its bytes, or the sink they
+        went to) replaces the state; the log
         restarts after ``log_base`` (default ``zxid``). The commit point
         becomes ``zxid``, even below the one recorded: the leader's txns after
         the snapshot follow in the same sync and are committed again."""
@@ -165,7 +191,10 @@ class MemoryStorage:
         h.extend(txns)
         self._pending += 1
 
-    def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
+    def receive_snapshot(self, zxid: int) -> SnapshotSink:
+        return DiscardedSnapshot()
+
+    def install_snapshot(self, zxid: int, data: bytes | SnapshotSink, log_base: int | None = None) -> None:
         # Memory keeps no snapshot: the log restarts after it, the state is the caller's
         self.state.history = []
         self.state.log_base = self.state.snapshot_zxid = zxid if log_base is None else log_base

@@ -38,14 +38,15 @@ import os
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
-from zabd.storage.base import PersistentState, PurgedError, Storage, StorageStats
+from zabd.storage.base import PersistentState, PurgedError, SnapshotSink, Storage, StorageStats
 from zabd.storage.epochs import CommitFile, Epochs, read_commit, read_epochs, write_epochs
 from zabd.storage.snapshot import (
+    SnapshotWriter,
     drop_snapshots_above,
     list_snapshots,
     purge_snapshots,
@@ -434,7 +435,15 @@ class DiskStorage:
         for t in history[j + k :]:
             self.append(t)
 
-    def install_snapshot(self, zxid: int, data: bytes, log_base: int | None = None) -> None:
+    def receive_snapshot(self, zxid: int) -> SnapshotSink:
+        """A temp file in the snapshot directory, written as the pieces come
+        (on the caller's thread: page-cache writes); ``install_snapshot``
+        makes it durable on the writer thread. A crash before leaves a temp
+        file, which the next ``load`` removes."""
+        self._check_open()
+        return SnapshotWriter(self.snap_dir, zxid, received=True)
+
+    def install_snapshot(self, zxid: int, data: bytes | SnapshotSink, log_base: int | None = None) -> None:
         """SNAP sync: the leader's snapshot at ``zxid`` replaces this node's
         state and log, and the log restarts after ``log_base`` (default
         ``zxid``; a SyncPlan's ``log_base``). Follow with
@@ -558,7 +567,7 @@ class DiskStorage:
 
     # -------------------------------------------------------- other threads
 
-    def write_snapshot(self, zxid: int, data: bytes, timeout: float = 60.0) -> str:
+    def write_snapshot(self, zxid: int, data: bytes | Iterable[bytes], timeout: float = 60.0) -> str:
         """Write a local snapshot at ``zxid`` (any thread; blocking). Waits
         until the log is durable up to ``zxid`` so the snapshot is never ahead
         of the log it is based on."""
@@ -662,7 +671,10 @@ class DiskStorage:
             elif kind == _INSTALL:
                 self._delete_detached(pause=0.0)
                 plog.sync()
-                write_snapshot(self.snap_dir, op[1], op[2], received=True, fsync=self.fsync)
+                if isinstance(op[2], SnapshotWriter):
+                    op[2].finish(fsync=self.fsync)
+                else:
+                    write_snapshot(self.snap_dir, op[1], op[2], received=True, fsync=self.fsync)
                 extra_syncs += 2 if self.fsync else 0
                 extra_syncs += self._install_below(op[1])
                 plog.reset(op[3])

@@ -22,10 +22,12 @@ committed, logged txns and must be covered by the log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import struct
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import crc32c
@@ -67,28 +69,80 @@ def list_snapshots(snap_dir: str) -> list[tuple[int, str]]:
     return out
 
 
-def encode_snapshot(zxid: int, data: bytes, received: bool = False) -> list[bytes]:
-    mv = memoryview(data)
-    table = b"".join(struct.pack("<I", crc32c.crc32c(mv[i : i + BLOCK_SIZE])) for i in range(0, len(data), BLOCK_SIZE))
-    head = SNAP_HEAD.pack(SNAP_MAGIC, 1, RECEIVED if received else 0, zxid, len(data), BLOCK_SIZE, crc32c.crc32c(table))
-    return [head + struct.pack("<I", crc32c.crc32c(head)), data, table]
+def write_snapshot(snap_dir: str, zxid: int, data: bytes | Iterable[bytes], *, received: bool = False,
+                   fsync: bool = True) -> str:
+    """Write ``snap.<zxid>`` atomically and durably; returns its path.
+    ``data``: the snapshot, or its pieces in order (each written as it comes,
+    so a snapshot encoded piece by piece is never whole in memory)."""
+    writer = SnapshotWriter(snap_dir, zxid, received=received)
+    try:
+        for piece in (data,) if isinstance(data, bytes) else data:
+            writer.write(piece)
+        return writer.finish(fsync=fsync)
+    except BaseException:
+        writer.abort()
+        raise
 
 
-def write_snapshot(snap_dir: str, zxid: int, data: bytes, *, received: bool = False, fsync: bool = True) -> str:
-    """Write ``snap.<zxid>`` atomically and durably; returns its path."""
-    os.makedirs(snap_dir, exist_ok=True)
-    final = os.path.join(snap_dir, snapshot_name(zxid))
-    tmp = os.path.join(snap_dir, ".tmp-" + snapshot_name(zxid))
-    with open(tmp, "wb") as f:
-        for part in encode_snapshot(zxid, data, received):
-            f.write(part)
+class SnapshotWriter:
+    """One snapshot file written as its data comes: under a temp name, the
+    block checksums computed on the way, the header (which holds the length)
+    written last. ``finish`` makes it durable under its final name; ``abort``
+    (or a crash: temp files go at the next start) leaves nothing behind."""
+
+    def __init__(self, snap_dir: str, zxid: int, *, received: bool = False) -> None:
+        os.makedirs(snap_dir, exist_ok=True)
+        self.snap_dir = snap_dir
+        self.zxid = zxid
+        self.received = received
+        self.final = os.path.join(snap_dir, snapshot_name(zxid))
+        self.tmp = os.path.join(snap_dir, (".tmp-recv-" if received else ".tmp-") + snapshot_name(zxid))
+        self._file = open(self.tmp, "wb")  # noqa: SIM115 (closed by finish or abort)
+        self._file.write(bytes(SNAP_HEADER_SIZE))
+        self.length = 0
+        self._table = bytearray()
+        self._crc = 0  # of the block being filled
+        self._fill = 0  # its bytes so far
+
+    def write(self, data: bytes | memoryview) -> None:
+        mv = memoryview(data)
+        self._file.write(mv)
+        self.length += len(mv)
+        off = 0
+        while off < len(mv):
+            take = min(BLOCK_SIZE - self._fill, len(mv) - off)
+            self._crc = crc32c.crc32c(mv[off : off + take], self._crc)
+            self._fill += take
+            off += take
+            if self._fill == BLOCK_SIZE:
+                self._table += struct.pack("<I", self._crc)
+                self._crc = self._fill = 0
+
+    def finish(self, fsync: bool = True) -> str:
+        """Durable under ``snap.<zxid>``; returns its path."""
+        f = self._file
+        if self._fill:
+            self._table += struct.pack("<I", self._crc)
+            self._crc = self._fill = 0
+        f.write(self._table)
+        head = SNAP_HEAD.pack(SNAP_MAGIC, 1, RECEIVED if self.received else 0, self.zxid, self.length, BLOCK_SIZE,
+                              crc32c.crc32c(self._table))
+        f.seek(0)
+        f.write(head + struct.pack("<I", crc32c.crc32c(head)))
         f.flush()
         if fsync:
             os.fsync(f.fileno())
-    os.rename(tmp, final)
-    if fsync:
-        fsync_dir(snap_dir)
-    return final
+        f.close()
+        os.rename(self.tmp, self.final)
+        if fsync:
+            fsync_dir(self.snap_dir)
+        return self.final
+
+    def abort(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
 
 
 def read_snapshot(path: str) -> Snapshot:

@@ -60,9 +60,12 @@ MASK64 = (1 << 64) - 1
 HASHES_KEPT = 4096  # hashes of recently placed znodes, kept to take them out of the digest again
 # 5: sessions hold their password's digest (4 held the password); 4: CRC-32C node hashes (3 had
 # CRC-32, 2 BLAKE2b: their digests do not carry over, restore recomputes them)
-_SNAP_FORMAT = 5
+_SNAP_FORMAT = 6  # 6: an ACL in the first row that uses it (5: a table after the rows)
+_RESTORE_STEP = 1 << 22
+_OWNER = struct.Struct("<q")
 _CHILDREN = struct.Struct("<i")
 _SESSION = struct.Struct("<qq")
+_NO_CHILDREN = _CHILDREN.pack(0)
 
 CONFIG_PATH: Final = "/zookeeper/config"
 SPECIAL_PATHS = frozenset({"/", "/zookeeper", "/zookeeper/quota", CONFIG_PATH})
@@ -81,6 +84,7 @@ _CHILDREN_CHANGED: Final = EventType.NODE_CHILDREN_CHANGED
 # ZooKeeper's own cost per znode (docs/zookeeper.md has the measurement).
 HEADER = struct.Struct("<QQQqqiiiq")
 HEADER_SIZE = HEADER.size
+_OWNER_AT = HEADER_SIZE - 8  # ephemeralOwner: the header's last field
 
 
 def _int32(v: int) -> int:
@@ -640,6 +644,14 @@ class DataTree:
 
     @staticmethod
     def encode_view(view: object) -> bytes:
+        return b"".join(DataTree.encode_chunks(view, 1 << 24))
+
+    @staticmethod
+    def encode_chunks(view: object, size: int) -> Iterator[bytes]:
+        """A ``snapshot_view()`` encoded in pieces of about ``size`` bytes (a
+        row more), in order: what a SNAP streams and the snapshotter writes,
+        a bounded step at a time. Format 6: an ACL travels in the first row
+        that uses it, so a reader builds every node as its row arrives."""
         applied, digest, nodes, sessions = cast(tuple[int, int, dict[str, ZNode], dict[int, Session]], view)
         acl_ids: dict[tuple[ACL, ...], int] = {}
         out = io.BytesIO()
@@ -652,19 +664,25 @@ class DataTree:
         # so that replicas' snapshots of one zxid are the same bytes (the audit compares them)
         config = nodes.get(CONFIG_PATH)
         for path, n in nodes.items():
-            a = acl_ids.get(n.acl)
-            if a is None:
-                a = acl_ids[n.acl] = len(acl_ids)
             blob = n.blob
             if n is config and n.version == -1:
                 cz, mz, pz, ct, _, ver, cv, av, owner = n.header()
                 blob = HEADER.pack(cz, mz, pz, ct, 0, ver, cv, av, owner) + blob[HEADER_SIZE:]
-            # a fourth field marks null data (older snapshots have none)
-            out.write(packer.pack([path, blob, a, 1] if type(n) is NullDataZNode else [path, blob, a]))
-        out.write(packer.pack([acls_wire(acl) for acl in acl_ids]))
+            null = 1 if type(n) is NullDataZNode else 0
+            a = acl_ids.get(n.acl)
+            if a is None:
+                a = acl_ids[n.acl] = len(acl_ids)
+                out.write(packer.pack([path, blob, a, null, acls_wire(n.acl)]))
+            else:
+                # a fourth field marks null data
+                out.write(packer.pack([path, blob, a, 1] if null else [path, blob, a]))
+            if out.tell() >= size:
+                yield out.getvalue()
+                out = io.BytesIO()
+        out.write(packer.pack([]))  # format 5's ACL table: the rows hold it now
         out.write(packer.pack([[sid, s.timeout_ms, s.password_digest] for sid, s in sessions.items()]))
         out.write(packer.pack(len(nodes)))
-        return out.getvalue()
+        yield out.getvalue()
 
     def snapshot(self) -> bytes:
         return self.encode_view(self.snapshot_view())
@@ -673,16 +691,23 @@ class DataTree:
     def restore(cls, data: bytes) -> DataTree:
         """A tree from ``snapshot()`` bytes (ValueError if they are not one,
         or if the digest recomputed does not match the one recorded)."""
+        builder = TreeBuilder()
+        mv = memoryview(data)
+        for off in range(0, len(data), _RESTORE_STEP):
+            builder.feed(mv[off : off + _RESTORE_STEP])
+        return builder.finish()
+
+    @classmethod
+    def restore_whole(cls, data: bytes) -> DataTree:
+        """Formats 2 to 5, whose ACL table follows the rows: all at once."""
         fmt, applied, digest, rows, acls, sessions, count = msgpack.unpackb(data, raw=False, use_list=False)
-        if fmt not in (2, 3, 4, _SNAP_FORMAT) or len(rows) != count:
+        if fmt not in (2, 3, 4, 5) or len(rows) != count:
             raise ValueError(f"ZooKeeper tree snapshot format {fmt} ({len(rows)}/{count} nodes) is not one of mine")
         tree = cls()
         # the snapshot's rows hold the fixed nodes too: start from nothing
         tree.nodes.clear()
         tree.digest = 0
-        tree._acls.clear()
-        tree._acl_bytes.clear()
-        tree._hashes.clear()
+        tree.clear_caches()
         acl_table = [tree._intern(acls_unwire(a)) for a in acls]
         nodes = tree.nodes
         # parents come before their children in a snapshot (dict order is
@@ -701,18 +726,193 @@ class DataTree:
         total = 0
         for path, node in nodes.items():
             total += tree._hash(path, node)
+        tree.add_sessions(fmt, digest, total, sessions)
+        tree.applied = applied
+        return tree
+
+    def add_sessions(self, fmt: int, digest: int, total: int, sessions: Any) -> None:
+        """The session table, and the digest checked against the recorded one."""
         recorded = total  # the digest as the snapshot's writer computed it: format 4 hashed passwords
         for sid, timeout, secret in sessions:
-            s = tree.sessions[sid] = Session(timeout, stored_digest(secret))
-            total += tree._session_hash(sid, *s)
-            recorded += tree._session_hash(sid, timeout, secret)
-        tree.digest = total & MASK64
+            s = self.sessions[sid] = Session(timeout, stored_digest(secret))
+            total += self._session_hash(sid, *s)
+            recorded += self._session_hash(sid, timeout, secret)
+        self.digest = total & MASK64
         # formats 2 and 3 recorded a digest of other hashes: nothing to compare it with
         if fmt >= 4 and recorded & MASK64 != digest:
             raise ValueError(f"ZooKeeper tree snapshot digest {digest:#x} does not match its content "
                              f"({recorded & MASK64:#x})")
-        tree.applied = applied
-        return tree
+
+    def leaf_hash(self, path: str, node: ZNode, acl_bytes: bytes) -> int:
+        """``_node_hash`` of a node without children whose ACL encodes as
+        ``acl_bytes`` (not ``/zookeeper/config``)."""
+        head = crc32c(acl_bytes, crc32c(_NO_CHILDREN, crc32c(path.encode())))
+        return (head << 32) | _low_hash(node, head)
+
+    def clear_caches(self) -> None:
+        self._acls.clear()
+        self._acl_bytes.clear()
+        self._hashes.clear()
 
     def walk(self) -> Iterator[tuple[str, ZNode]]:
         return iter(self.nodes.items())
+
+
+class TreeBuilder:
+    """A :class:`DataTree` from its snapshot fed in pieces of any size, each
+    node built as its row arrives: a follower receiving a streamed SNAP (and a
+    restart reading its snapshot file) does a bounded step of work per piece,
+    and the whole tree is ready when the last one is in.
+
+    The digest is summed as rows come. A node's hash covers its number of
+    children, which is final only at the end: a row is hashed as a leaf, and a
+    node that gains a child has that taken back and is hashed at ``finish``
+    (the parents: few, in a tree of many leaves). Formats 2 to 5, whose ACL
+    table comes after the rows, are kept whole and restored at ``finish``.
+    """
+
+    def __init__(self) -> None:
+        self.tree = DataTree()
+        tree = self.tree
+        # the snapshot's rows hold the fixed nodes too: start from nothing
+        tree.nodes.clear()
+        tree.digest = 0
+        tree.clear_caches()
+        self._unpacker = msgpack.Unpacker(raw=False, use_list=False, max_buffer_size=0)
+        self._stage = 0  # the next field of the snapshot's 7
+        self._fmt = 0
+        self._applied = 0
+        self._digest = 0
+        self._left = 0  # rows still to come
+        self._count = 0
+        self._acls: list[tuple[ACL, ...]] = []
+        self._acl_bytes: list[bytes] = []
+        self._total = 0
+        self._deferred: set[str] = set()  # hashed at finish: parents, and /zookeeper/config
+        self._sessions: Any = ()
+        self._whole: list[bytes] | None = []  # the bytes, until the format is known (and for formats 2-5)
+        self.rows = 0
+
+    def feed(self, data: bytes | memoryview) -> None:
+        """The next piece; ValueError if the bytes are not a tree snapshot."""
+        whole = self._whole
+        if whole is not None:
+            whole.append(bytes(data))
+            if self._fmt:  # an older format: restored whole at finish
+                return
+        up = self._unpacker
+        up.feed(data)
+        try:
+            self._parse(up)
+        except msgpack.OutOfData:
+            return
+        except (msgpack.UnpackException, TypeError, IndexError, KeyError) as exc:
+            raise ValueError(f"ZooKeeper tree snapshot: malformed at row {self.rows}: {exc}") from None
+
+    def _parse(self, up: msgpack.Unpacker) -> None:
+        while self._stage < 7:
+            stage = self._stage
+            if stage == 0:
+                if up.read_array_header() != 7:
+                    raise ValueError("not a ZooKeeper tree snapshot (its header is not 7 fields)")
+                self._stage = 1
+            elif stage == 1:
+                fmt = up.unpack()
+                if fmt == _SNAP_FORMAT:
+                    self._whole = None
+                elif fmt in (2, 3, 4, 5):
+                    self._fmt = fmt
+                    return
+                else:
+                    raise ValueError(f"ZooKeeper tree snapshot format {fmt} is not one of mine")
+                self._fmt = fmt
+                self._stage = 2
+            elif stage == 2:
+                self._applied = up.unpack()
+                self._stage = 3
+            elif stage == 3:
+                self._digest = up.unpack()
+                self._stage = 4
+            elif stage == 4:
+                self._left = self._count = up.read_array_header()
+                self._stage = 5
+            elif stage == 5:
+                while self._left:
+                    row = up.unpack()
+                    self._left -= 1
+                    self._row(row)
+                self._stage = 6
+            elif stage == 6:
+                up.unpack()  # format 5's ACL table, empty
+                self._stage = 7
+        if self._stage == 7:
+            self._sessions = up.unpack()
+            self._stage = 8
+        if self._stage == 8:
+            if up.unpack() != self._count:
+                raise ValueError("ZooKeeper tree snapshot: its node count does not match its rows")
+            self._stage = 9
+
+    def _row(self, row: Any) -> None:
+        path = row[0]
+        blob = row[1]
+        a = row[2]
+        n = len(row)
+        tree = self.tree
+        if n == 5:
+            if a != len(self._acls):
+                raise ValueError(f"ZooKeeper tree snapshot: node {path!r} defines ACL {a} out of order")
+            acl = tree._intern(acls_unwire(row[4]))
+            self._acls.append(acl)
+            self._acl_bytes.append(msgpack.packb(acls_wire(acl)))
+        if type(path) is not str or type(blob) is not bytes or len(blob) < HEADER_SIZE:
+            raise ValueError(f"ZooKeeper tree snapshot: node {path!r} is truncated")
+        node = (NullDataZNode if n > 3 and row[3] else ZNode)(blob, self._acls[a], None)
+        nodes = tree.nodes
+        nodes[path] = node
+        self.rows += 1
+        if path == CONFIG_PATH:
+            self._deferred.add(path)
+        else:
+            self._total += tree.leaf_hash(path, node, self._acl_bytes[a])
+        if path != "/":
+            ppath = parent_of(path)
+            parent = nodes[ppath]
+            kids = parent.children
+            if kids is None:
+                kids = parent.children = set()
+                deferred = self._deferred
+                if ppath not in deferred:
+                    # hashed as a leaf when it came: its hash counts its children, at finish
+                    self._total -= tree._node_hash(ppath, parent)
+                    deferred.add(ppath)
+            kids.add(path)
+        owner = _OWNER.unpack_from(blob, _OWNER_AT)[0]
+        if owner:
+            tree._index(path, owner)
+
+    @property
+    def done(self) -> bool:
+        return self._stage == 9 or (self._whole is not None and self._fmt != 0)
+
+    def finish(self) -> DataTree:
+        """The tree; ValueError if the snapshot was cut short or its digest
+        does not match its content."""
+        if self._whole is not None and self._fmt:
+            return DataTree.restore_whole(b"".join(self._whole))
+        if self._stage != 9:
+            raise ValueError(f"ZooKeeper tree snapshot cut short after {self.rows} rows")
+        try:
+            self._unpacker.unpack()
+        except msgpack.OutOfData:
+            pass
+        else:
+            raise ValueError("ZooKeeper tree snapshot: bytes after its end")
+        tree = self.tree
+        nodes = tree.nodes
+        total = self._total
+        for path in self._deferred:
+            total += tree._node_hash(path, nodes[path])
+        tree.add_sessions(self._fmt, self._digest, total, self._sessions)
+        tree.applied = self._applied
+        return tree
