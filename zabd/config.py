@@ -240,8 +240,10 @@ class ServerConfig(BaseModel):
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Test hook, offered nowhere: "ack_leader" makes the server SIGKILL itself right after
-    # an AckLeader frame was queued for its socket (tests/durable/test_persist_order.py)
-    test_crash_after: Literal["", "ack_leader"] = Field("", json_schema_extra=HIDDEN)
+    # an AckLeader frame was queued for its socket (tests/durable/test_persist_order.py);
+    # "snap_piece" right after a piece of a SNAP's snapshot went to its file, the state
+    # half built (tests/server/test_snap_stream.py)
+    test_crash_after: Literal["", "ack_leader", "snap_piece"] = Field("", json_schema_extra=HIDDEN)
 
     @field_validator("zk_super_digest")
     @classmethod

@@ -34,7 +34,7 @@ class Outbound:
         max_frame: int,
         log: Any,
         metrics: ZkMetrics | None = None,
-        crash_after: Literal["", "ack_leader"] = "",
+        crash_after: Literal["", "ack_leader", "snap_piece"] = "",
     ) -> None:
         """``metrics``: where the leader's proposals and commits are counted (ZooKeeper's names);
         ``crash_after``: the config's test hook (``test_crash_after``): "ack_leader" SIGKILLs this

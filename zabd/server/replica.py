@@ -21,6 +21,8 @@ applied). Storage flushes run in one task (group commit), releasing what waited.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Callable
 from functools import partial
@@ -474,6 +476,9 @@ class Replica:
             self.transport.drop_peer(peer, str(exc))
             raise
         freeze_now()
+        if self.config.test_crash_after == "snap_piece" and self.sync.arriving:
+            self.log.warning("test hook: SIGKILL after a snapshot piece")
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _sync_arrived(self, peer: int, got: SyncArrived) -> None:
         try:

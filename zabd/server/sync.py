@@ -168,6 +168,11 @@ class SyncService:
         inc.sink.write(piece.data)
         inc.received += len(piece.data)
 
+    @property
+    def arriving(self) -> int:
+        """Bytes of a SNAP's snapshot received so far (0: none arriving)."""
+        return self._incoming.received if self._incoming is not None else 0
+
     def abandon(self, peer: int | None = None) -> None:
         """A snapshot arriving (from ``peer``, or any) will not be whole: its
         file goes, its state is dropped."""
@@ -218,4 +223,4 @@ class SyncService:
     def status(self) -> dict[str, Any]:
         return {"sync_sent": dict(self.sent), "sync_received": dict(self.received), "log_base": self.storage.log_start,
                 "snapshot_streams": self.streams,
-                "snapshot_arriving": self._incoming.received if self._incoming is not None else None}
+                "snapshot_arriving": self.arriving}
