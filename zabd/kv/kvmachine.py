@@ -25,6 +25,7 @@ changes section) and a bare KV snapshot (a KV-only server's) still restore.
 
 from __future__ import annotations
 
+import gc
 import struct
 import zlib
 from collections.abc import Callable, Container, Iterator
@@ -155,8 +156,16 @@ class KVMachine:
 
     def restore(self, data: bytes) -> None:
         restoring = self.restoring()
-        restoring.feed(data)
-        self.restore_from(restoring)
+        # a whole state at once (a restart, a tool): a million new nodes would
+        # set off collections over a growing heap, and they hold no cycles
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            restoring.feed(data)
+            self.restore_from(restoring)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
 
     def restoring(self) -> Restoring:
         return SnapshotRestore()
@@ -234,40 +243,56 @@ class SnapshotRestore:
         if tree is not None:
             _feed_in_steps(tree, data)
             return
-        head = self._head
-        head += data
-        if self._bare or len(head) < 4:
+        if self._head or self._bare:
+            self._head += data
+            buf = memoryview(self._head)
+        else:
+            buf = memoryview(data)  # a whole snapshot in one piece (a restart) is not copied
+        try:
+            tree_at = self._parse_head(buf)
+        finally:
+            buf.release()
+        if tree_at is None:
+            if not self._head:
+                self._head += data
             return
-        magic = bytes(head[:4])
+        rest = memoryview(self._head if self._head else data)[tree_at:]
+        tree = self._tree = TreeBuilder()
+        _feed_in_steps(tree, rest)
+        self._head = bytearray()
+
+    def _parse_head(self, buf: memoryview) -> int | None:
+        """Where the tree's part starts, once the KV part and the changes are
+        in (and taken); None until then, or for a bare KV snapshot."""
+        if self._bare or len(buf) < 4:
+            return None
+        magic = bytes(buf[:4])
         if magic not in (SNAP_MAGIC, SNAP_MAGIC_M):
             self._bare = True
-            return
+            return None
         start = 4 + _LEN.size
-        if len(head) < start:
-            return
-        (kv_len,) = _LEN.unpack_from(head, 4)
+        if len(buf) < start:
+            return None
+        kv_len: int = _LEN.unpack_from(buf, 4)[0]
         end = start + kv_len
         changes: list[tuple[int, bytes]] = []
         if magic == SNAP_MAGIC_M:
-            if len(head) < end + _LEN.size:
-                return
-            (m_len,) = _LEN.unpack_from(head, end)
+            if len(buf) < end + _LEN.size:
+                return None
+            m_len: int = _LEN.unpack_from(buf, end)[0]
             m_start = end + _LEN.size
-            if len(head) < m_start + m_len:
-                return
-            changes = _decode_changes(bytes(head[m_start : m_start + m_len]))
+            if len(buf) < m_start + m_len:
+                return None
+            changes = _decode_changes(bytes(buf[m_start : m_start + m_len]))
             tree_at = m_start + m_len
         else:
-            if len(head) < end:
-                return
+            if len(buf) < end:
+                return None
             tree_at = end
         store = KVStore()
-        store.restore(bytes(head[start:end]))
+        store.restore(bytes(buf[start:end]))
         self._parts = (store, changes)
-        tree = self._tree = TreeBuilder()
-        rest = bytes(head[tree_at:])
-        self._head = bytearray()
-        _feed_in_steps(tree, rest)
+        return tree_at
 
     def check(self) -> None:
         self.finish()

@@ -22,6 +22,7 @@ and session, kept up to date on each change (ZooKeeper 3.6's
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import struct
@@ -693,9 +694,17 @@ class DataTree:
         or if the digest recomputed does not match the one recorded)."""
         builder = TreeBuilder()
         mv = memoryview(data)
-        for off in range(0, len(data), _RESTORE_STEP):
-            builder.feed(mv[off : off + _RESTORE_STEP])
-        return builder.finish()
+        # a whole tree at once (a restart, a tool): a million new nodes would
+        # set off collections over a growing heap, and they hold no cycles
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for off in range(0, len(data), _RESTORE_STEP):
+                builder.feed(mv[off : off + _RESTORE_STEP])
+            return builder.finish()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
 
     @classmethod
     def restore_whole(cls, data: bytes) -> DataTree:
