@@ -187,13 +187,14 @@ def test_a_stream_is_taken_a_step_at_a_time_and_what_follows_waits_behind_it() -
     s.push(b"after")  # a Commit, a ping...
     s.push_stream(pieces(b"b", 2))
     s.push(b"last")
+    assert s.behind_bytes == len(b"after") + len(b"last")  # what the transport counts against max_link_buffer
     assert s.take_output(0.1, room=0) == [b"before"]  # the socket is full: nothing of the stream
     assert pulled == []  # produced only as the link takes it
     out = s.take_output(0.2, room=250)
     assert [len(f) for f in out] == [100, 100, 100] and len(pulled) == 3
     rest = s.take_output(0.4, room=10_000)
     assert rest == [b"a" + bytes(99)] * 7 + [b"after"] + [b"b" + bytes(99)] * 2 + [b"last"]
-    assert s.stream is None
+    assert s.stream is None and s.behind_bytes == 0
     s.push(b"now")
     assert s.take_output(0.5) == [b"now"]
 

@@ -63,6 +63,10 @@ class Link(asyncio.Protocol):
     def take_output(self, now: float) -> list[bytes]:
         raise NotImplementedError
 
+    def held(self) -> int:
+        """Bytes queued for this link outside its socket's buffer (behind a stream)."""
+        return 0
+
     def more_output(self) -> bool:
         """Something is left to take at the loop's next turn (a stream)."""
         return False

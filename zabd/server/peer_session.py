@@ -92,6 +92,7 @@ class PeerSession:
         # a stream being sent, and what was queued behind it (frames, more streams)
         self.stream: Iterator[bytes] | None = None
         self._behind: deque[bytes | Iterator[bytes]] = deque()
+        self.behind_bytes = 0  # of the frames in _behind: what a stream keeps this node holding
         self.closed = False
         self.last_rx = self.last_tx = now
         self._parts: list[Txn] = []
@@ -218,6 +219,7 @@ class PeerSession:
     def push(self, data: bytes) -> None:
         if self.stream is not None:
             self._behind.append(data)
+            self.behind_bytes += len(data)
             return
         if not self.out and self.on_output is not None:
             self.on_output()
@@ -226,6 +228,7 @@ class PeerSession:
     def push_all(self, frames: list[bytes]) -> None:
         if self.stream is not None:
             self._behind.extend(frames)
+            self.behind_bytes += sum(len(f) for f in frames)
             return
         if not self.out and self.on_output is not None:
             self.on_output()
@@ -266,6 +269,7 @@ class PeerSession:
             item = behind.popleft()
             if isinstance(item, bytes):
                 out.append(item)
+                self.behind_bytes -= len(item)
             else:
                 self.stream = item
                 return

@@ -110,6 +110,9 @@ class PeerLink(Link):
     def more_output(self) -> bool:
         return self.session.stream is not None and not self.paused and not self.closed
 
+    def held(self) -> int:
+        return self.session.behind_bytes
+
     def pause_writing(self) -> None:
         self.paused = True
 
@@ -554,10 +557,11 @@ class Transport:
             link.write(link.take_output(now))
             if link.more_output():
                 self.mark(link)  # a stream's next step, at the loop's next turn
-            if link.buffered() > link.max_queued:
-                # a stopped reader must not grow this node's memory without bound
+            if link.buffered() + link.held() > link.max_queued:
+                # a stopped reader must not grow this node's memory without bound (nor a slow
+                # one of a SNAP stream, with everything queued behind it)
                 self.refusals.refused("connection write buffer over the limit; closing it", link.addr, "queued",
-                                      buffered=link.buffered(), limit=link.max_queued)
+                                      buffered=link.buffered() + link.held(), limit=link.max_queued)
                 if isinstance(link, ClientLink):
                     self.guard.cut["queued"] += 1
                 link.abort()

@@ -64,6 +64,7 @@ HASHES_KEPT = 4096  # hashes of recently placed znodes, kept to take them out of
 _SNAP_FORMAT = 6  # 6: an ACL in the first row that uses it (5: a table after the rows)
 _RESTORE_STEP = 1 << 22
 _OWNER = struct.Struct("<q")
+_NO_OWNER = bytes(8)
 _CHILDREN = struct.Struct("<i")
 _SESSION = struct.Struct("<qq")
 _NO_CHILDREN = _CHILDREN.pack(0)
@@ -752,12 +753,6 @@ class DataTree:
             raise ValueError(f"ZooKeeper tree snapshot digest {digest:#x} does not match its content "
                              f"({recorded & MASK64:#x})")
 
-    def leaf_hash(self, path: str, node: ZNode, acl_bytes: bytes) -> int:
-        """``_node_hash`` of a node without children whose ACL encodes as
-        ``acl_bytes`` (not ``/zookeeper/config``)."""
-        head = crc32c(acl_bytes, crc32c(_NO_CHILDREN, crc32c(path.encode())))
-        return (head << 32) | _low_hash(node, head)
-
     def clear_caches(self) -> None:
         self._acls.clear()
         self._acl_bytes.clear()
@@ -799,6 +794,8 @@ class TreeBuilder:
         self._total = 0
         self._deferred: set[str] = set()  # hashed at finish: parents, and /zookeeper/config
         self._sessions: Any = ()
+        self._last_parent = ""
+        self._last_kids: set[str] | None = None
         self._whole: list[bytes] | None = []  # the bytes, until the format is known (and for formats 2-5)
         self.rows = 0
 
@@ -846,10 +843,7 @@ class TreeBuilder:
                 self._left = self._count = up.read_array_header()
                 self._stage = 5
             elif stage == 5:
-                while self._left:
-                    row = up.unpack()
-                    self._left -= 1
-                    self._row(row)
+                self._rows(up)
                 self._stage = 6
             elif stage == 6:
                 up.unpack()  # format 5's ACL table, empty
@@ -862,43 +856,71 @@ class TreeBuilder:
                 raise ValueError("ZooKeeper tree snapshot: its node count does not match its rows")
             self._stage = 9
 
-    def _row(self, row: Any) -> None:
-        path = row[0]
-        blob = row[1]
-        a = row[2]
-        n = len(row)
+    def _rows(self, up: msgpack.Unpacker) -> None:
+        """Every row still to come that is in the buffer (OutOfData at the
+        first that is not), each made its znode, linked to its parent and
+        hashed. One loop with its state in locals: it runs a million times."""
         tree = self.tree
-        if n == 5:
-            if a != len(self._acls):
-                raise ValueError(f"ZooKeeper tree snapshot: node {path!r} defines ACL {a} out of order")
-            acl = tree._intern(acls_unwire(row[4]))
-            self._acls.append(acl)
-            self._acl_bytes.append(msgpack.packb(acls_wire(acl)))
-        if type(path) is not str or type(blob) is not bytes or len(blob) < HEADER_SIZE:
-            raise ValueError(f"ZooKeeper tree snapshot: node {path!r} is truncated")
-        node = (NullDataZNode if n > 3 and row[3] else ZNode)(blob, self._acls[a], None)
         nodes = tree.nodes
-        nodes[path] = node
-        self.rows += 1
-        if path == CONFIG_PATH:
-            self._deferred.add(path)
-        else:
-            self._total += tree.leaf_hash(path, node, self._acl_bytes[a])
-        if path != "/":
-            ppath = parent_of(path)
-            parent = nodes[ppath]
-            kids = parent.children
-            if kids is None:
-                kids = parent.children = set()
-                deferred = self._deferred
-                if ppath not in deferred:
-                    # hashed as a leaf when it came: its hash counts its children, at finish
-                    self._total -= tree._node_hash(ppath, parent)
-                    deferred.add(ppath)
-            kids.add(path)
-        owner = _OWNER.unpack_from(blob, _OWNER_AT)[0]
-        if owner:
-            tree._index(path, owner)
+        acls = self._acls
+        acl_bytes = self._acl_bytes
+        total = 0
+        left = self._left
+        # siblings come together (a parent's children were mostly created in a row): its set, once looked up
+        last_parent = self._last_parent
+        last_kids = self._last_kids
+        try:
+            while left:
+                row = up.unpack()
+                left -= 1
+                path = row[0]
+                blob = row[1]
+                a = row[2]
+                n = len(row)
+                if n == 5:
+                    self._new_acl(path, a, row[4])
+                if type(path) is not str or type(blob) is not bytes or len(blob) < HEADER_SIZE:
+                    raise ValueError(f"ZooKeeper tree snapshot: node {path!r} is truncated")
+                null = n > 3 and row[3]
+                node = NullDataZNode(blob, acls[a], None) if null else ZNode(blob, acls[a], None)
+                nodes[path] = node
+                if path == CONFIG_PATH:
+                    self._deferred.add(path)
+                else:
+                    head = crc32c(acl_bytes[a], crc32c(_NO_CHILDREN, crc32c(path.encode())))
+                    low = crc32c(blob, head)
+                    total += (head << 32) | (crc32c(b"null", low) if null else low)
+                cut = path.rfind("/")
+                if cut >= 0 and path != "/":
+                    ppath = path[:cut] if cut else "/"
+                    if ppath != last_parent or last_kids is None:
+                        parent = nodes[ppath]
+                        kids = parent.children
+                        if kids is None:
+                            kids = parent.children = set()
+                            deferred = self._deferred
+                            if ppath not in deferred:
+                                # hashed as a leaf when it came: its hash counts its children, at finish
+                                total -= tree._node_hash(ppath, parent)
+                                deferred.add(ppath)
+                        last_parent = ppath
+                        last_kids = kids
+                    last_kids.add(path)
+                if blob[_OWNER_AT:HEADER_SIZE] != _NO_OWNER:
+                    tree._index(path, _OWNER.unpack_from(blob, _OWNER_AT)[0])
+        finally:
+            self._left = left
+            self._total = (self._total + total) & MASK64
+            self.rows = self._count - left
+            self._last_parent = last_parent
+            self._last_kids = last_kids
+
+    def _new_acl(self, path: str, a: int, wire: Any) -> None:
+        if a != len(self._acls):
+            raise ValueError(f"ZooKeeper tree snapshot: node {path!r} defines ACL {a} out of order")
+        acl = self.tree._intern(acls_unwire(wire))
+        self._acls.append(acl)
+        self._acl_bytes.append(msgpack.packb(acls_wire(acl)))
 
     @property
     def done(self) -> bool:
