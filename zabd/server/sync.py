@@ -210,7 +210,7 @@ class SyncService:
         storage's writer thread; the pipeline holds what follows until then)."""
         inc = self._ready
         self._ready = None
-        if inc is None:
+        if inc is None or inc.plan.snapshot_zxid != zxid:
             raise RuntimeError(f"install of a snapshot at {zx.fmt(zxid)} that never arrived")
         if self.snapshotter is not None:
             self.snapshotter.wait()
