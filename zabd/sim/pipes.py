@@ -12,6 +12,13 @@ released commits to the checker (what a server would answer its clients).
 The pipeline's options (``leader_early_propose``, cumulative acks, whether a
 commit passes held proposals, whether a leader's CommitTo and Commit go as
 one step) and each node's flush delay are drawn from the seed per node.
+
+A SNAP is streamed, as the server streams it: the transfer takes
+:func:`stream_ticks` to arrive (the simulator keeps the link FIFO behind it),
+and the flush that makes its install durable takes :meth:`NodePipe.install_delay`
+more than a flush of appends. A crash before that flush completes keeps
+nothing of the install (the received snapshot is a temp file until the
+install renames it) nor anything written after it.
 """
 
 from __future__ import annotations
@@ -45,6 +52,24 @@ MAX_FLUSH_TICKS: Final = 40  # a node's flushes take 1..its drawn maximum (at mo
 _OPTIONS_SALT: Final = 0x9F1E_0001
 _FLUSH_SALT: Final = 0x9F1E_0002
 _CRASH_SALT: Final = 0x9F1E_0003
+_STREAM_SALT: Final = 0x9F1E_0004
+_INSTALL_SALT: Final = 0x9F1E_0005
+
+# A streamed SNAP of n txns takes STREAM_BASE_TICKS + n * (1..3) + 0..39 ticks
+# to arrive, at most MAX_STREAM_TICKS: most arrive before the follower's
+# election timeout (150 ticks of silence from its leader, which is behind the
+# stream), some do not and the core plans the sync again.
+STREAM_BASE_TICKS: Final = 20
+MAX_STREAM_TICKS: Final = 200
+# Making a received snapshot durable (fsync of the whole file, rename) takes
+# INSTALL_BASE_TICKS + n + 0..29 ticks on top of the flush it rides with.
+INSTALL_BASE_TICKS: Final = 30
+
+
+def stream_ticks(seed: int, src: int, dst: int, t: int, txns: int) -> int:
+    """Ticks a snapshot of ``txns`` txns sent at ``t`` takes from ``src`` to ``dst`` (drawn)."""
+    r = mix(seed ^ _STREAM_SALT ^ (src << 40) ^ (dst << 48) ^ t)
+    return min(MAX_STREAM_TICKS, STREAM_BASE_TICKS + txns * (1 + r % 3) + (r >> 8) % 40)
 
 
 
@@ -87,6 +112,7 @@ class SimStorage:
         self.torn_tail: bytes | None = None  # a record cut short by a crash, after ``log``
         self.torn_dropped = 0  # torn records recovery cut off
         self.lost = 0  # pending writes crashes lost
+        self.installs_cut = 0  # installs a crash came before (they were not durable: nothing of them kept)
         # SNAPs installed below the recorded commit point: a leader that recovered an
         # older commit point (the commit file is not a barrier) snapshots at it; a
         # regression test's witness that its seed still takes this path
@@ -153,6 +179,15 @@ class SimStorage:
         self.stats.flushes += 1
         return len(self.pending)
 
+    def installing(self, mark: int) -> int:
+        """Txns of the snapshots the first ``mark`` pending writes install
+        (-1 if none): a flush that covers an install takes longer."""
+        n = -1
+        for op in self.pending[:mark]:
+            if isinstance(op, _Install):
+                n = max(n, 0) + len(op.prefix)
+        return n
+
     def complete_flush(self, mark: int) -> None:
         """The flush begun when ``mark`` writes were pending is durable."""
         self.stats.syncs += 1
@@ -161,9 +196,17 @@ class SimStorage:
 
     def crash(self, draw: int) -> None:
         """Power loss: a drawn prefix of the pending writes reached the disk;
-        the last of them, if it wrote a record, may be torn."""
+        the last of them, if it wrote a record, may be torn. The prefix ends
+        before the first install: a snapshot is installed by a rename after
+        its fsync, so until its flush completed the disk holds the old state,
+        and what was written after it went to a log that starts at the
+        snapshot (nothing is half-installed)."""
         pending = self.pending
         kept = draw % (len(pending) + 1)
+        installs = [i for i, op in enumerate(pending) if isinstance(op, _Install)]
+        self.installs_cut += len(installs)
+        if installs:
+            kept = min(kept, installs[0])
         self._apply(pending[:kept])
         self.lost += len(pending) - kept
         last_op = pending[kept - 1] if kept else None
@@ -263,6 +306,12 @@ class NodePipe:
         """Ticks the next flush takes (drawn)."""
         self.flushes += 1
         return 1 + mix(self.seed ^ _FLUSH_SALT ^ (self.node.id << 40) ^ self.flushes) % self.options.max_flush_ticks
+
+    def install_delay(self, txns: int) -> int:
+        """Ticks a flush that installs a snapshot of ``txns`` txns takes on
+        top of its drawn delay (drawn)."""
+        r = mix(self.seed ^ _INSTALL_SALT ^ (self.node.id << 40) ^ self.flushes)
+        return INSTALL_BASE_TICKS + txns + r % 30
 
     def crash(self, t: int) -> PersistentState:
         """The node lost power at ``t``: the disk keeps what it keeps, the

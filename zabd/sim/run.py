@@ -29,6 +29,13 @@ class ScenarioResult:
     deliveries: int
     ticks_visited: int
     dump: bytes | None = None
+    # the pipeline variant's streamed SNAPs (zabd.sim.simulator.SimStats)
+    snap_transfers: int = 0
+    snaps_cut_sender: int = 0
+    snaps_cut_receiver: int = 0
+    snaps_cut_link: int = 0
+    installs: int = 0
+    installs_cut: int = 0
 
     @property
     def reproducer(self) -> str:
@@ -146,4 +153,10 @@ def run_scenario(
         deliveries=sim.stats.deliveries,
         ticks_visited=sim.stats.ticks_visited,
         dump=raw if keep_dump else None,
+        snap_transfers=sim.stats.snap_transfers,
+        snaps_cut_sender=sim.stats.snaps_cut_sender,
+        snaps_cut_receiver=sim.stats.snaps_cut_receiver,
+        snaps_cut_link=sim.stats.snaps_cut_link,
+        installs=sim.stats.installs,
+        installs_cut=sim.stats.installs_cut,
     )

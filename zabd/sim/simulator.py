@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send, SendSync
@@ -23,7 +23,7 @@ from zabd.protocol.options import CANONICAL, SERVER, VARIANTS, Options
 from zabd.protocol.rand import MASK64, delivery_delay
 from zabd.sim.disks import SimDisks, SnapshotTransfer
 from zabd.sim.faults import Change, Crash, Cut, FaultEvent, Restart
-from zabd.sim.pipes import NodePipe, effect_index
+from zabd.sim.pipes import NodePipe, effect_index, stream_ticks
 
 if TYPE_CHECKING:
     from zabd.sim.zk_workload import ZKWorkload
@@ -39,6 +39,17 @@ def variant_options(name: str) -> tuple[Options, bool]:
     """The core's options of a simulator variant, and whether it runs the pipeline."""
     return (SERVER, True) if name == "pipeline" else (VARIANTS[name], False)
 _SENDER = itemgetter(0)  # of a message in flight: (src, dst, incarnation, msg)
+# the pipeline variant: a message that waits for its tick outside the four
+# buckets: (tick due, send order, src, dst, incarnation, msg)
+_Later = tuple[int, int, int, int, int, Message | SnapshotTransfer]
+
+
+class _Stream(NamedTuple):
+    """A SNAP in flight on a link (the pipeline variant)."""
+
+    seq: int  # its place in send order: what was sent on the link after it is behind it
+    at: int  # the tick it arrives
+    breaks: int  # the tick a cut of the link breaks it, or -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,14 @@ class SimStats:
     changes_proposed: int = 0
     changes_skipped: int = 0
     flushes: int = 0  # the pipeline variant: storage flushes completed
+    # the pipeline variant's streamed SNAPs: sent, and in flight when their
+    # sender crashed, their receiver crashed, or a cut broke their link
+    snap_transfers: int = 0
+    snaps_cut_sender: int = 0
+    snaps_cut_receiver: int = 0
+    snaps_cut_link: int = 0
+    installs: int = 0  # flushes that made a received snapshot durable (begun)
+    installs_cut: int = 0  # installs a crash came before (nothing of them kept)
 
 
 # Effects observer: (tick, node, effects). The checker is one.
@@ -194,6 +213,10 @@ class Simulator:
         self.on_release: ReleaseObserver | None = None
         self.on_recovery: RecoveryObserver | None = None
         self.on_propose: ProposeObserver | None = None
+        # ... and its streamed SNAPs: what was sent on a link behind one in
+        # flight waits here (heap) until its tick, and each link's streams
+        self.later: list[_Later] = []
+        self.streams: dict[tuple[int, int], list[_Stream]] = {}
         if config.pipeline:
             if self.workload is not None:
                 raise ValueError("the pipeline variant runs the raw workload only")
@@ -323,8 +346,12 @@ class Simulator:
         if pipe.pipeline.unflushed and not pipe.flushing:
             pipe.flushing = True
             mark = pipe.storage.begin_flush()
-            heapq.heappush(self.flushes, (t + pipe.flush_delay(), node.id, pipe.incarnation, mark,
-                                          pipe.pipeline.written))
+            delay = pipe.flush_delay()
+            installing = pipe.storage.installing(mark)
+            if installing >= 0:  # the fsync of a whole snapshot file, and its rename
+                self.stats.installs += 1
+                delay += pipe.install_delay(installing)
+            heapq.heappush(self.flushes, (t + delay, node.id, pipe.incarnation, mark, pipe.pipeline.written))
         if self.drops:
             drops, self.drops = self.drops, []
             self.stats.messages_dropped += len(drops)
@@ -355,7 +382,11 @@ class Simulator:
     def _pipe_crash(self, node: Node, t: int) -> None:
         """A node of the pipeline variant crashed: it comes back from its disk."""
         assert self.pipes is not None
+        storage = self.pipes[node.id - 1].storage
+        cut = storage.installs_cut
         state = self.pipes[node.id - 1].crash(t)
+        self.stats.installs_cut += storage.installs_cut - cut
+        self._crash_streams(node.id, t)
         disks = self.disks
         if disks is not None:
             disks.recovered(node.id, state.history, state.last_committed)
@@ -376,18 +407,121 @@ class Simulator:
                     self.on_propose(t, src, txn)
         row = self.last_at[src]
         blocked = self.blocked[src]
+        sent = cast("Message | SnapshotTransfer", msg)  # a Message, or a Sync with its snapshot
         for dst in dsts:
             if blocked[dst] or not self.up[dst] or (self.cuts and self._cut(src, dst, t)):
                 self.drops.append((effect_index(self.batch, key) if self.batch is not None else -1, dst))
                 continue
-            at = t + delivery_delay(self.config.seed, src, dst, t)
-            if row[dst] > at:
-                at = row[dst]
+            streams = self.streams.get((src, dst))
+            if isinstance(sent, SnapshotTransfer):
+                # streamed: it takes many ticks, and starts when the link is free
+                at = max(t, row[dst]) + stream_ticks(self.config.seed, src, dst, t, len(sent.prefix))
+                if streams is None:
+                    streams = self.streams[(src, dst)] = []
+                streams.append(_Stream(self.seq, at, self._cut_start(src, dst, t, at)))
+                self.stats.snap_transfers += 1
+            else:
+                at = t + delivery_delay(self.config.seed, src, dst, t)
+                if row[dst] > at:
+                    at = row[dst]
             row[dst] = at
-            self.buckets[at & 3].append((src, dst, self.incarnation[dst], msg))  # type: ignore[arg-type]
+            if streams is not None:  # behind a stream (or one): FIFO, however far ahead that is
+                heapq.heappush(self.later, (at, self.seq, src, dst, self.incarnation[dst], sent))
+            else:
+                assert at <= t + 3, "a message due beyond the four buckets"
+                self.buckets[at & 3].append((src, dst, self.incarnation[dst], sent))
+                self.in_flight += 1
             self.seq += 1
             self.stats.messages_sent += 1
-            self.in_flight += 1
+
+    # ------------------------------------------- the pipeline variant's SNAPs
+
+    def _cut_start(self, src: int, dst: int, t: int, at: int) -> int:
+        """The first tick in (t, at) at which a cut of src>dst starts, or -1:
+        a stream sent at t and due at ``at`` breaks then."""
+        starts = [start for start, _ in self.cuts.get((src, dst), ()) if t < start < at]
+        return min(starts) if starts else -1
+
+    def _break_link(self, src: int, dst: int, t: int) -> None:
+        """The connection src>dst broke with streams in flight: the first of
+        them and everything sent on it after that is lost (the rest of the
+        stream is never produced, and what followed it was queued behind it).
+        What is left in flight on the link is ahead of it."""
+        first = self.streams.pop((src, dst))[0].seq
+        kept: list[_Later] = []
+        lost = 0
+        last = 0
+        for e in self.later:
+            if e[2] == src and e[3] == dst:
+                if e[1] >= first:
+                    lost += 1
+                    continue
+                last = max(last, e[0])
+            kept.append(e)
+        heapq.heapify(kept)
+        self.later = kept
+        self.stats.messages_discarded += lost
+        # a new connection does not wait for the lost stream (the buckets hold ticks t..t+3 only)
+        row = self.last_at[src]
+        row[dst] = min(row[dst], max(t + 3, last))
+
+    def _crash_streams(self, node: int, t: int) -> None:
+        """``node`` crashed: the streams it was sending or receiving are lost."""
+        for src, dst in sorted(self.streams):
+            if node in (src, dst):
+                n = len(self.streams[(src, dst)])
+                if src == node:
+                    self.stats.snaps_cut_sender += n
+                else:
+                    self.stats.snaps_cut_receiver += n
+                self._break_link(src, dst, t)
+
+    def _streams_due(self, t: int) -> bool:
+        """At the start of tick ``t``, before anything is sent: cuts that start
+        now break the streams on their links (both ends learn it, as of a
+        closed connection), and messages that waited outside the buckets and
+        are due now go first into this tick's bucket (every message already
+        there was sent after them). True if a link failed."""
+        failed = False
+        for link in sorted(self.streams):
+            if any(0 <= s.breaks <= t for s in self.streams[link]):
+                src, dst = link
+                self.stats.snaps_cut_link += len(self.streams[link])
+                self._break_link(src, dst, t)
+                for a, b in ((src, dst), (dst, src)):
+                    if self.up[a]:
+                        node = self.nodes[a - 1]
+                        node.link_failed(b, t)
+                        if node.effects:
+                            self._flush(node, t)
+                failed = True
+        later = self.later
+        if later and later[0][0] <= t:
+            assert later[0][0] == t, "a message due at a tick that was not visited"
+            due: list[tuple[int, int, int, Message | SnapshotTransfer]] = []
+            while later and later[0][0] == t:
+                _, _, src, dst, inc, msg = heapq.heappop(later)
+                due.append((src, dst, inc, msg))
+            self.buckets[t & 3] = due + self.buckets[t & 3]
+            self.in_flight += len(due)
+        for link in [link for link, streams in self.streams.items() if streams[0].at <= t]:
+            streams = self.streams[link]
+            while streams and streams[0].at <= t:
+                del streams[0]  # in this tick's bucket: it arrives (or is discarded) now
+            if not streams:
+                del self.streams[link]
+        return failed
+
+    def _next_stream_event(self, t: int, nxt: int) -> int:
+        """The earlier of ``nxt`` and the next tick a waiting message is due
+        or a cut breaks a stream."""
+        if self.later and self.later[0][0] < nxt:
+            nxt = self.later[0][0]
+        for streams in self.streams.values():
+            for s in streams:
+                if t < s.breaks < nxt:
+                    nxt = s.breaks
+        return nxt
 
     def sync_message(self, node: Node, plan: SendSync) -> object:
         assert self.disks is not None
@@ -475,6 +609,9 @@ class Simulator:
                         node.restart(t)
                         min_wake = t
                 fault_pos += 1
+            # the pipeline variant: streams a cut breaks now, and messages that waited behind one
+            if (self.later or self.streams) and self._streams_due(t):
+                min_wake = t
             # the pipeline variant: flushes that complete now release what waited
             if self.flushes and self.flushes[0][0] <= t:
                 self._flushes_done(t)
@@ -559,6 +696,8 @@ class Simulator:
                 nxt = fault_ticks[fault_pos]
             if self.flushes and self.flushes[0][0] < nxt:
                 nxt = self.flushes[0][0]
+            if self.later or self.streams:
+                nxt = self._next_stream_event(t, nxt)
             min_wake = rounds
             for node in nodes:
                 if node.wake < min_wake and up[node.id]:
