@@ -15,7 +15,7 @@ import pytest
 from zabd.pipeline.cli import main as pipeline_main
 from zabd.pipeline.grid import Grid, make_grid
 from zabd.pipeline.scenarios import COLUMN_NAMES, scenario_config
-from zabd.pipeline.sweep import SCENARIOS_DIR, sweep
+from zabd.pipeline.sweep import SCENARIOS_DIR, SweepReport, sweep
 from zabd.sim.faults import parse_faults
 from zabd.sim.run import run_scenario
 
@@ -218,7 +218,11 @@ def test_the_pipeline_variant_sweeps_and_replays(spark: Any, tmp_path: Path) -> 
         {"scenarios": 120, "seed": 5, "nodes": [3, 5], "rounds": [1500], "proposals": [60],
          "faults_per_run": [0, 6], "variant": "pipeline"}
     )
-    sweep_and_replay(spark, grid, tmp_path, "--variant pipeline --check")
+    report = sweep_and_replay(spark, grid, tmp_path, "--variant pipeline --check")
+    # streamed SNAPs: the summary counts them, and how many a crash cut
+    assert report.streams["snap_transfers"] > 0 and report.streams["installs"] > 0, report.streams
+    summary = (tmp_path / "summary.txt").read_text()
+    assert f"streamed SNAPs: {report.streams['snap_transfers']:,} sent" in summary
 
 
 def test_a_sweep_catches_the_bug_planted_in_the_pipeline(spark: Any, tmp_path: Path) -> None:
@@ -236,7 +240,7 @@ def test_a_sweep_catches_the_bug_planted_in_the_pipeline(spark: Any, tmp_path: P
     assert proc.returncode == 1 and "acked-lost" in proc.stderr
 
 
-def sweep_and_replay(spark: Any, grid: Grid, out: Path, tail: str) -> None:
+def sweep_and_replay(spark: Any, grid: Grid, out: Path, tail: str) -> SweepReport:
     """No failure; every fault-free run commits; a row's command replays its digest."""
     report = sweep(spark, grid, str(out), progress=False, plots=False)
     assert report.failures == 0, report.failed_rows
@@ -246,6 +250,7 @@ def sweep_and_replay(spark: Any, grid: Grid, out: Path, tail: str) -> None:
     assert r["command"].endswith(tail)
     proc = run_cli(*shlex.split(r["command"])[1:])
     assert proc.returncode == 0 and proc.stdout == r["digest"], proc.stderr
+    return report
 
 
 def test_the_zookeeper_workload_sweeps_and_replays(spark: Any, tmp_path: Path) -> None:

@@ -172,7 +172,7 @@ def run_sweep_cli(
     grid: object, out: str, master: str | None, task_size: int | None, progress: bool, plots: bool
 ) -> int:
     from zabd.pipeline.grid import Grid
-    from zabd.pipeline.report import format_table
+    from zabd.pipeline.report import format_streams, format_table
     from zabd.pipeline.session import describe_error, get_session
     from zabd.pipeline.sweep import sweep
 
@@ -184,6 +184,8 @@ def run_sweep_cli(
         print(f"zabd pipeline sweep: failed: {describe_error(exc)}", file=sys.stderr)
         return 1
     print(format_table(report.cells))
+    if grid.variant == "pipeline":
+        print(format_streams(report.streams))
     rate = report.scenarios / report.seconds if report.seconds > 0 else 0.0
     print(
         f"{report.scenarios:,} scenarios in {report.tasks} tasks, {report.seconds:.1f} s ({rate:,.0f}/s); "

@@ -53,6 +53,18 @@ def format_table(cells: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_streams(streams: dict[str, int]) -> str:
+    """The pipeline variant's line on streamed SNAPs: how often a crash or a
+    cut came in the middle of one, or of an install (a sweep shows these
+    cases happen)."""
+    s = streams
+    return (
+        f"streamed SNAPs: {s['snap_transfers']:,} sent; in flight when their sender crashed "
+        f"{s['snaps_cut_sender']:,}, their receiver crashed {s['snaps_cut_receiver']:,}, a cut broke the link "
+        f"{s['snaps_cut_link']:,}; installs {s['installs']:,}, cut by a crash {s['installs_cut']:,}"
+    )
+
+
 def _box(q: Sequence[float] | None, label: str) -> dict[str, Any] | None:
     if not q or any(v is None for v in q):
         return None

@@ -49,7 +49,18 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("messages_dropped", "long", False),
     ("deliveries", "long", False),
     ("ticks_visited", "long", False),
+    # the pipeline variant's streamed SNAPs (0 elsewhere): sent, in flight when their
+    # sender crashed, their receiver crashed or a cut broke their link; installs, and
+    # installs a crash came before
+    ("snap_transfers", "long", False),
+    ("snaps_cut_sender", "long", False),
+    ("snaps_cut_receiver", "long", False),
+    ("snaps_cut_link", "long", False),
+    ("installs", "long", False),
+    ("installs_cut", "long", False),
 )
+STREAM_COLUMNS = ("snap_transfers", "snaps_cut_sender", "snaps_cut_receiver", "snaps_cut_link", "installs",
+                  "installs_cut")
 COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
 
 
@@ -129,6 +140,7 @@ def run_index(grid: Grid, index: int) -> dict[str, Any]:
         messages_dropped=r.messages_dropped,
         deliveries=r.deliveries,
         ticks_visited=r.ticks_visited,
+        **{name: getattr(r, name) for name in STREAM_COLUMNS},
     )
     return row
 
@@ -149,6 +161,7 @@ def _empty_metrics() -> dict[str, Any]:
         "messages_dropped": 0,
         "deliveries": 0,
         "ticks_visited": 0,
+        **dict.fromkeys(STREAM_COLUMNS, 0),
     }
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zabd.pipeline.grid import Grid, Task, plan_tasks
-from zabd.pipeline.scenarios import run_task_batches, spark_ddl
+from zabd.pipeline.scenarios import STREAM_COLUMNS, run_task_batches, spark_ddl
 
 SCENARIOS_DIR = "scenarios.parquet"
 BOX_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -39,6 +39,11 @@ class SweepReport:
     @property
     def ok(self) -> bool:
         return self.failures == 0
+
+    @property
+    def streams(self) -> dict[str, int]:
+        """The pipeline variant's streamed SNAPs and installs, summed over the grid's scenarios."""
+        return {name: sum(c.get(name) or 0 for c in self.cells) for name in STREAM_COLUMNS}
 
 
 def _task_mapper(grid: Grid, task_size: int) -> Any:
@@ -103,6 +108,7 @@ def summarize(spark: Any, path: str) -> tuple[list[dict[str, Any]], int, list[di
             q("commit_latency_p50", BOX_QUANTILES).alias("latency_p50"),
             q("commit_latency_p99", (*BOX_QUANTILES, 0.99)).alias("latency_p99_q"),
             q("elections", BOX_QUANTILES).alias("elections"),
+            *(F.sum(name).alias(name) for name in STREAM_COLUMNS),
         )
         .orderBy("nodes", "faults_per_run")
         .collect()
@@ -165,7 +171,7 @@ def summarize(spark: Any, path: str) -> tuple[list[dict[str, Any]], int, list[di
 def sweep(
     spark: Any, grid: Grid, out_dir: str, task_size: int | None = None, progress: bool = True, plots: bool = True
 ) -> SweepReport:
-    from zabd.pipeline.report import format_table, write_plots
+    from zabd.pipeline.report import format_streams, format_table, write_plots
 
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, SCENARIOS_DIR)
@@ -176,6 +182,8 @@ def sweep(
         report.plots = write_plots(dist, out_dir)
     with open(os.path.join(out_dir, "summary.txt"), "w") as fh:
         fh.write(format_table(cells) + "\n")
+        if grid.variant == "pipeline":
+            fh.write(format_streams(report.streams) + "\n")
     with open(os.path.join(out_dir, "sweep.json"), "w") as fh:
         json.dump(
             {
@@ -185,6 +193,7 @@ def sweep(
                 "seconds": round(seconds, 3),
                 "scenarios_per_second": round(grid.total / seconds, 1) if seconds > 0 else None,
                 "failures": failures,
+                "streams": report.streams,
                 "cells": cells,
                 "failed": failed_rows,
                 "plots": report.plots,
