@@ -85,8 +85,9 @@ SHA-256 digest of the canonical cluster dump (64 hex digits, no newline).
   --random-faults COUNT draw a fault schedule from the seed (printed on stderr as faults: SPEC)
   --variant NAME        canonical (default), server (the server's variant; not the spec's digests) or
                         pipeline (the server's variant, every node's effects through the server's
-                        EffectPipeline over a disk that flushes 1..10 ticks late and loses unflushed
-                        writes on a crash; pipeline options drawn from the seed; not the spec's digests)
+                        EffectPipeline over a disk that flushes 1..40 ticks late and loses unflushed
+                        writes on a crash, SNAPs streamed over tens to hundreds of ticks and installed
+                        by a slower flush; pipeline options drawn from the seed; not the spec's digests)
   --workload NAME       raw (default: zab-N payloads) or zk (ZooKeeper sessions, znodes, multi, ACLs,
                         expiry, a tree per node checked by --check; not the spec's digests)
   --observers K         the last K nodes are observers: they follow and hold every txn but never
