@@ -18,12 +18,13 @@ from zabd.protocol.messages import (
     AckLeader,
     Commit,
     LookForLeader,
+    NewEpoch,
     Sync,
     SyncInfo,
     Txn,
     Vote,
 )
-from zabd.protocol.node import LEADING, Node
+from zabd.protocol.node import FOLLOWING, LEADING, Node
 from zabd.protocol.options import Options
 from zabd.protocol.window import count_after, epoch_ends, shared_prefix, window_ends
 
@@ -190,6 +191,41 @@ def test_one_sync_in_flight_per_follower_and_one_retry() -> None:
     node.on_message(2, AckLeader(2), 231)  # acknowledged: nothing in flight
     assert 2 not in node.syncing
     assert node.infos[2] == SyncInfo(node.last_zxid(), ())  # and the next plan starts from what it got
+
+
+def test_a_streaming_sync_holds_off_the_plans_retry_while_it_moves() -> None:
+    node = leader_with(txns(z(1, 1)))
+    node.on_message(2, SyncInfo(0, ()), 20)
+    node.on_message(2, LookForLeader(1, 0, 1), 20)
+    assert len(plans(node)) == 1
+    for t in range(60, 400, 40):  # a SNAP's pieces keep going out to 2, longer than sync_retry (100)
+        node.on_message(1, Ack(z(1, 1)), t)  # node 1 keeps supporting the leader
+        node.sync_progress(2, t)
+        node.on_tick(t)
+        assert plans(node) == []  # no second copy behind the first
+    node.sync_progress(1, 400)  # not a follower it syncs: nothing
+    node.on_message(1, Ack(z(1, 1)), 470)
+    node.on_tick(470)  # the stream stopped at 380: the retry is due at 480
+    assert plans(node) == []
+    node.on_message(1, Ack(z(1, 1)), 490)
+    node.on_tick(490)
+    assert len(plans(node)) == 1
+
+
+def test_a_streaming_sync_holds_off_the_followers_election_until_it_is_in_sync() -> None:
+    node = follower_with((), 0)
+    node.on_message(3, NewEpoch(2), 10)  # following 3, not in sync: its timer runs from 10
+    assert node.role == FOLLOWING and not node.in_sync
+    for t in range(50, 1000, 50):  # pieces of the SNAP from 3, for longer than the election timeout
+        node.sync_progress(3, t)
+        node.sync_progress(2, t)  # not its leader: holds off nothing
+        node.on_tick(t)
+        assert node.role == FOLLOWING
+    node.on_message(3, Sync(2, DIFF, 0, ()), 1000)
+    assert node.in_sync
+    node.sync_progress(3, 1100)  # in sync: only the leader's own messages count now
+    node.on_tick(node.deadline() + 1)
+    assert node.role != FOLLOWING
 
 
 def test_a_broken_link_loses_the_sync_in_flight_and_an_ack_settles_the_resync() -> None:

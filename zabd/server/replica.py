@@ -103,7 +103,8 @@ class Replica:
             self.node, self.machine, self, self.applier, config.max_inflight, self.counters.requests
         )
         self.watches = Watches(self.applier.read)
-        self.sync = SyncService(self.machine, self.applier, storage, self.snapshotter, config.max_frame, self.log)
+        self.sync = SyncService(self.machine, self.applier, storage, self.snapshotter, config.max_frame, self.log,
+                                progress=self._sync_progress)
         self.gc_timer = GcTimer()
         self.roles = RoleTracker(self.node, self.proposals, self.counters, self.log, self.transport.set_members)
         self.role_changed, self.membership_changed = self.roles.changed, self.roles.membership_changed
@@ -476,9 +477,15 @@ class Replica:
             self.transport.drop_peer(peer, str(exc))
             raise
         freeze_now()
+        self._sync_progress(peer)
         if self.config.test_crash_after == "snap_piece" and self.sync.arriving:
             self.log.warning("test hook: SIGKILL after a snapshot piece")
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def _sync_progress(self, peer: int) -> None:
+        """A piece of a SNAP went to or came from ``peer``: the core holds off
+        the timers a long stream would run out (``Node.sync_progress``)."""
+        self.node.sync_progress(peer, self.now())
 
     def _sync_arrived(self, peer: int, got: SyncArrived) -> None:
         try:

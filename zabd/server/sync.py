@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -75,8 +75,12 @@ class SyncService:
         snapshotter: Snapshotter | None,
         max_frame: int,
         log: Any,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
+        """``progress``: told the peer each time a piece of a SNAP is sent
+        to it (and the replica tells the core of each piece that arrives)."""
         self.machine = machine
+        self.progress = progress
         self.applier = applier
         self.storage = storage
         self.snapshotter = snapshotter
@@ -135,6 +139,8 @@ class SyncService:
         budget = self.budget
         try:
             for piece in self.machine.encode_chunks(view, SNAP_PIECE):
+                if self.progress is not None:
+                    self.progress(e.dst)
                 for off in range(0, len(piece), budget):
                     data = piece[off : off + budget] if len(piece) > budget else piece
                     sent += len(data)
