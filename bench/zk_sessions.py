@@ -287,8 +287,8 @@ def storm(side: Side, drv: Driver, victim: int, res: dict[str, Any], key: str) -
     expect_ok(fire, f"{key}: not every watch fired")
 
 
-def measure(side: Side, binary: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    res: dict[str, Any] = {"system": side.system, "sessions": args.sessions, "expire_group": args.expire}
+def measure(side: Side, binary: Path, args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
+    """Fills ``res`` as it goes: a failure keeps what was measured before it."""
     side.start()
     leader = wait_serving(side, side.ids, 120)
     log(f"{side.system}: cluster up, leader {leader}, pids {[side.pid(i) for i in side.ids]}")
@@ -298,7 +298,6 @@ def measure(side: Side, binary: Path, args: argparse.Namespace, work: Path) -> d
             run_storms(side, drv, leader, args, res)
         finally:
             drv.stop()
-    return res
 
 
 def run_storms(side: Side, drv: Driver, leader: int, args: argparse.Namespace, res: dict[str, Any]) -> None:
@@ -433,6 +432,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--src", default=DEFAULT_SRC, help="go-zookeeper/zk v1.0.4 source ($GOZK_SRC, /work/gozk-src)")
     p.add_argument("--quick", action="store_true", help="1,000 sessions")
     p.add_argument("--json", type=Path, help="also write the final JSON to this file")
+    p.add_argument("--keep", action="store_true", help="keep the servers' logs and data (the path is printed)")
     args = p.parse_args(argv)
     if args.quick:
         args.sessions = 1000
@@ -466,10 +466,11 @@ def main(argv: list[str]) -> int:
             work.mkdir()
             side: Side = ZkSide(work / "zk", args.zk_heap) if system == "zookeeper" else ZabdSide(work / "zabd")
             t0 = time.monotonic()
+            r: dict[str, Any] = {"system": system, "sessions": args.sessions, "expire_group": args.expire}
             try:
-                r = measure(side, binary, args, work)
+                measure(side, binary, args, work, r)
             except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError, ValueError) as e:
-                r = {"system": system, "error": f"{type(e).__name__}: {e}"}
+                r["error"] = f"{type(e).__name__}: {e}"
                 log(f"{system}: ERROR {r['error']}")
                 with contextlib.suppress(OSError):
                     log(f"{system}: driver stderr tail: {(work / 'driver.err').read_text()[-600:]}")
@@ -481,7 +482,10 @@ def main(argv: list[str]) -> int:
         print(f"zk_sessions: {e}", file=sys.stderr)
         return 2
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        if args.keep:
+            log(f"servers' logs and data kept in {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
 
     print()
     print(f"Command: `{command}`")

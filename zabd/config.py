@@ -162,6 +162,11 @@ class ServerConfig(BaseModel):
     # them, and to all; bytes of frames begun and not finished, all connections together
     max_client_cnxns: int = Field(default=60, ge=0, le=1_000_000)
     max_cnxns: int = Field(default=0, ge=0, le=10_000_000)
+    # connections the kernel completes and queues on each client port before this server accepts
+    # them (ZooKeeper's clientPortListenBacklog; the kernel caps it at net.core.somaxconn): when
+    # a server dies, all its clients dial the others at once, and a connect past a full queue is
+    # dropped, which the client sees only when its dial times out (go-zookeeper's 1 s)
+    client_backlog: int = Field(default=4096, ge=1, le=65535)
     client_max_frame: int = Field(default=1 << 20, ge=1024, le=2**31)
     client_frame_timeout_ms: int = Field(default=10_000, ge=10, le=3_600_000)
     client_max_queued: int = Field(default=32 << 20, ge=1 << 16, le=2**40)

@@ -114,6 +114,9 @@ type sess struct {
 	firedAt   time.Time // first one since the last reset
 	errs      int
 	lastError string
+	attempts  int // StateConnecting: a server tried
+	dialFails int // dials that failed (refused, or not accepted within go-zookeeper's 1 s)
+	dialTO    int // of which timed out
 }
 
 func (s *sess) onEvent(ev zk.Event) {
@@ -127,6 +130,9 @@ func (s *sess) onEvent(ev zk.Event) {
 		}
 		if ev.State == zk.StateDisconnected {
 			s.discAt = now
+		}
+		if ev.State == zk.StateConnecting {
+			s.attempts++
 		}
 		if ev.State == zk.StateHasSession {
 			s.hasAt = now
@@ -160,6 +166,13 @@ func (s *sess) dial(network, address string, t time.Duration) (net.Conn, error) 
 	}
 	c, err := net.DialTimeout(network, address, t)
 	if err != nil {
+		var ne net.Error
+		s.mu.Lock()
+		s.dialFails++
+		if errors.As(err, &ne) && ne.Timeout() {
+			s.dialTO++
+		}
+		s.mu.Unlock()
 		return nil, err
 	}
 	s.mu.Lock()
@@ -291,7 +304,7 @@ func live() []*sess {
 
 func stats() map[string]interface{} {
 	per := map[string]int{}
-	expired, newSID, errs, notAttached := 0, 0, 0, 0
+	expired, newSID, errs, notAttached, attempts, dialFails, dialTO := 0, 0, 0, 0, 0, 0, 0
 	var sample []string
 	for _, s := range sessions {
 		s.mu.Lock()
@@ -311,10 +324,14 @@ func stats() map[string]interface{} {
 		}
 		newSID += s.newSID
 		errs += s.errs
+		attempts += s.attempts
+		dialFails += s.dialFails
+		dialTO += s.dialTO
 		s.mu.Unlock()
 	}
 	return map[string]interface{}{"per_server": per, "sessions_told_expired": expired, "new_sessions": newSID,
-		"request_errors": errs, "not_attached": notAttached, "expired_sample": sample}
+		"request_errors": errs, "not_attached": notAttached, "expired_sample": sample,
+		"connect_attempts": attempts, "dial_failures": dialFails, "dial_timeouts": dialTO}
 }
 
 func merge(a map[string]interface{}, b map[string]interface{}) map[string]interface{} {
@@ -431,9 +448,45 @@ func cmdMoved() map[string]interface{} {
 		}
 		return n, last, firstDisc
 	}
-	ok := waitAll(func() bool { n, _, _ := moved(); return n == len(armed) }, "sessions moving")
+	// a follower that loses its leader closes its clients' connections too (as ZooKeeper's does):
+	// every session that was disconnected since, wherever it was, is counted until it is back
+	others := func() (int, int, time.Time) {
+		dropped, back := 0, 0
+		var last time.Time
+		for _, s := range live() {
+			if armed[s.idx] {
+				continue
+			}
+			s.mu.Lock()
+			if s.discAt.After(armedAt) {
+				dropped++
+				if s.state == zk.StateHasSession && s.hasAt.After(s.discAt) {
+					back++
+					if s.hasAt.After(last) {
+						last = s.hasAt
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+		return dropped, back, last
+	}
+	ok := waitAll(func() bool {
+		n, _, _ := moved()
+		d, b, _ := others()
+		return n == len(armed) && d == b
+	}, "sessions moving")
 	n, last, firstDisc := moved()
-	r := map[string]interface{}{"cmd": "moved", "ok": ok, "affected": len(armed), "moved": n}
+	dropped, back, lastOther := others()
+	r := map[string]interface{}{"cmd": "moved", "ok": ok, "affected": len(armed), "moved": n,
+		"others_dropped": dropped, "others_back": back}
+	if dropped > 0 && !firstDisc.IsZero() && !lastOther.IsZero() {
+		if lastOther.After(last) {
+			r["all_back_s"] = secs(lastOther.Sub(firstDisc))
+		} else {
+			r["all_back_s"] = secs(last.Sub(firstDisc))
+		}
+	}
 	if !firstDisc.IsZero() && !last.IsZero() {
 		r["moved_s"] = secs(last.Sub(firstDisc)) // from the first disconnection seen (the kill)
 		r["since_arm_s"] = secs(last.Sub(armedAt))
@@ -463,13 +516,21 @@ func cmdFire() map[string]interface{} {
 		s.fired, s.firedAt = 0, time.Time{}
 		s.mu.Unlock()
 	}
-	t0 := time.Now()
+	// the control session may itself have been on the server that died: the clock starts once it
+	// is attached again (an answered read), not while go-zookeeper backs off between servers
 	var err error
-	for i := 0; i < 50; i++ {
-		if _, err = control.Set(watched, []byte(strconv.FormatInt(t0.UnixNano(), 10)), -1); err == nil {
+	for i := 0; i < 100; i++ {
+		if _, _, err = control.Exists(watched); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	t0 := time.Now()
+	for i := 0; i < 50 && (i == 0 || err != nil); i++ {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		_, err = control.Set(watched, []byte(strconv.FormatInt(t0.UnixNano(), 10)), -1)
 	}
 	if err != nil {
 		return map[string]interface{}{"cmd": "fire", "ok": false, "error": "setData: " + err.Error()}

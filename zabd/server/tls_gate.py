@@ -84,7 +84,7 @@ class TlsListener:
         self.sock: socket.socket | None = None
         self.task: asyncio.Task[None] | None = None
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, backlog: int = 128) -> None:
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, _, _, _, addr = infos[0]
@@ -92,7 +92,7 @@ class TlsListener:
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(addr)
-            sock.listen(128)
+            sock.listen(backlog)
             sock.setblocking(False)
         except OSError:
             sock.close()

@@ -358,8 +358,9 @@ class Transport:
                           "peer"))
         ports += self.more_ports
         for factory, h, p, ctx, kind in ports:
+            backlog = 100 if kind == "peer" else self.config.client_backlog
             if ctx is None:
-                self.servers.append(await loop.create_server(factory, h, p, reuse_address=True))
+                self.servers.append(await loop.create_server(factory, h, p, reuse_address=True, backlog=backlog))
                 continue
             counted = {"client": ClientLink.PORT, "zookeeper": "zookeeper", "zookeeper-secure": "zookeeper"}.get(kind)
             if counted is None:
@@ -369,7 +370,7 @@ class Transport:
                                        functools.partial(self.guard.admit, counted),
                                        functools.partial(self.guard.release, counted))
             self.servers.append(listener)
-            await listener.start(h, p)
+            await listener.start(h, p, backlog)
         for peer in sorted(self.addresses):
             self._dial_later(peer)
 
