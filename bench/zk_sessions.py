@@ -212,9 +212,9 @@ class ZabdSide:
 
     system = "zabd"
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, extra: dict[str, Any] | None = None) -> None:
         self.c = LocalCluster(3, storage="disk", fsync=True, base_dir=base, log_level="info",
-                              extra={"zk_4lw_whitelist": "*", "max_client_cnxns": 0})
+                              extra={"zk_4lw_whitelist": "*", "max_client_cnxns": 0, **(extra or {})})
         self.ids = [1, 2, 3]
 
     def start(self) -> None:
@@ -432,10 +432,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--src", default=DEFAULT_SRC, help="go-zookeeper/zk v1.0.4 source ($GOZK_SRC, /work/gozk-src)")
     p.add_argument("--quick", action="store_true", help="1,000 sessions")
     p.add_argument("--json", type=Path, help="also write the final JSON to this file")
+    p.add_argument("--zabd-set", action="append", default=[], metavar="FIELD=JSON",
+                   help="a zabd config field for this run, e.g. client_backlog=100 (repeatable)")
     p.add_argument("--keep", action="store_true", help="keep the servers' logs and data (the path is printed)")
     args = p.parse_args(argv)
     if args.quick:
         args.sessions = 1000
+    args.zabd_extra = {}
+    for item in args.zabd_set:
+        field, eq, value = item.partition("=")
+        try:
+            args.zabd_extra[field.strip()] = json.loads(value)
+        except ValueError:
+            p.error(f"--zabd-set {item!r}: FIELD=JSON, e.g. client_backlog=100")
+        if not eq:
+            p.error(f"--zabd-set {item!r}: FIELD=JSON, e.g. client_backlog=100")
     if args.expire is None:
         args.expire = args.sessions // 5
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -464,7 +475,8 @@ def main(argv: list[str]) -> int:
         for system in systems:
             work = base / system
             work.mkdir()
-            side: Side = ZkSide(work / "zk", args.zk_heap) if system == "zookeeper" else ZabdSide(work / "zabd")
+            side: Side = (ZkSide(work / "zk", args.zk_heap) if system == "zookeeper"
+                          else ZabdSide(work / "zabd", args.zabd_extra))
             t0 = time.monotonic()
             r: dict[str, Any] = {"system": system, "sessions": args.sessions, "expire_group": args.expire}
             try:

@@ -46,9 +46,10 @@ import (
 )
 
 const (
-	root     = "/zs"
-	watched  = "/zs/w"
-	ephemDir = "/zs/e"
+	sessionBuffer = 64 * 1024
+	root          = "/zs"
+	watched       = "/zs/w"
+	ephemDir      = "/zs/e"
 )
 
 var (
@@ -203,8 +204,12 @@ func (s *sess) run(quit <-chan struct{}) {
 	for k := 0; k < len(servers); k++ {
 		order = append(order, servers[(p+k*step)%len(servers)])
 	}
+	// go-zookeeper's buffers are 1.5 MiB by default, the receive one allocated anew on every
+	// connection: 10,000 sessions reconnecting would allocate gigabytes a second and starve this
+	// process (its dials then time out, a client-side artifact). Every packet here is small.
 	conn, _, err := zk.Connect(order, timeout, zk.WithHostProvider(&fixedHosts{servers: order}),
-		zk.WithDialer(s.dial), zk.WithEventCallback(s.onEvent), zk.WithLogger(nopLogger{}), zk.WithLogInfo(false))
+		zk.WithDialer(s.dial), zk.WithEventCallback(s.onEvent), zk.WithLogger(nopLogger{}), zk.WithLogInfo(false),
+		zk.WithMaxBufferSize(sessionBuffer), zk.WithMaxConnBufferSize(sessionBuffer))
 	if err != nil {
 		s.noteErr(err)
 		return
