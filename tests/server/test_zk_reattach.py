@@ -28,6 +28,7 @@ from zabd.protocol.options import SERVER
 from zabd.server import peer_wire as wire
 from zabd.server.client_session import ClientSession
 from zabd.server.proposals import ProposalPath
+from zabd.server.zk.expiry import SessionKeeper
 from zabd.server.zk.sessions import HOLD_MS, RETRY_MS, ZKSessions
 from zabd.zk import jute
 from zabd.zk.errors import Code
@@ -111,6 +112,29 @@ def test_a_follower_that_has_not_applied_the_session_asks_the_leader_and_attache
     path.on_applied(create.zxid)
     (got,) = answers(s)
     assert got["ok"] is True and got["session"] == SID and got["timeout"] == 4000
+
+
+def test_a_re_attach_touches_the_session_at_the_leader_before_it_is_decided() -> None:
+    """ZooKeeper's leader touches a session as it revalidates it. A follower's
+    report of its clients comes every half tick: a client back just inside its
+    timeout was expired while its re-attach was being decided (issue 39's storm
+    of 10,000 moving clients takes seconds to decide). The follower tells the
+    leader at once, ahead of its sync request on the same link; a wrong
+    password touches nothing (an id alone must not keep a session alive)."""
+    machine, path, sessions, links = follower()
+    SessionKeeper(path.node, machine, sessions, path, links, 200, lambda: NOW, structlog.get_logger())
+    password = os.urandom(16)
+    (create,) = leader_txns(password, close=False)
+    machine.apply(create)
+    s = ClientSession(1 << 20)
+    assert sessions.connect(s, MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:1")
+    assert [wire.decode_frame(f) for f in links.sent] == [wire.ZKTouch((SID,)), wire.SyncReq(1)]
+    links.sent.clear()
+    assert sessions.connect(ClientSession(1 << 20), MsgpackWire(), 0, SID, b"\0" * 16, 4000, 0, "127.0.0.1:2")
+    assert [wire.decode_frame(f) for f in links.sent] == [wire.SyncReq(2)]
+    links.up = False  # no link to the leader now: with the next report, to it or the next one
+    assert sessions.connect(ClientSession(1 << 20), MsgpackWire(), 0, SID, password, 4000, 0, "127.0.0.1:3")
+    assert sessions.take_touched() == {SID}
 
 
 def test_a_session_is_reported_expired_only_once_its_close_is_applied() -> None:

@@ -78,6 +78,16 @@ class SessionKeeper:
         self._epoch = -1  # the leadership whose tracker this is
         self._next_report = 0
         self._next_cleanup = 0
+        sessions.touch_now = self.touch_now
+
+    def touch_now(self, sid: int) -> None:
+        """A session whose client is re-attaching: the leader touches it now, as ZooKeeper's
+        touches a session it revalidates (a follower's report would come half a tick later)."""
+        node = self.node
+        if self._leading():
+            self.tracker.touch(sid, self.now_ms())
+        elif not (node.role == FOLLOWING and self.links.send_frame(node.leader, frame((wire.TAG_ZK_TOUCH, (sid,))))):
+            self.sessions.touched.add(sid)  # with the next report, to this leader or the next
 
     def _leading(self) -> bool:
         return self.node.role == LEADING and self._epoch == self.node.current_epoch

@@ -113,6 +113,9 @@ class ZKSessions:
         self.conns: dict[ClientSession, ZKConn] = {}
         self.attached: dict[int, ZKConn] = {}  # session id -> the connection that holds it here
         self.touched: set[int] = set()  # sessions heard from since the last report to the leader
+        # a re-attaching client's session, told to the leader at once (SessionKeeper sets it): by
+        # default only with the next report
+        self.touch_now: Callable[[int], None] = lambda sid: self.touched.add(sid)  # take_touched swaps the set
         self.watches = WatchManager()
         # ZooKeeper's readonlymode.enabled: while ``serving()`` is false (no
         # quorum), a client that asks for read-only gets a session of this
@@ -182,6 +185,14 @@ class ZKSessions:
         # connection closes unanswered, as ZooKeeper's does.
         self.conns[io] = conn
         self.deciding[io] = (until, args)
+        held = tree.sessions.get(session)
+        if held is not None and password_matches(held.password_digest, password):
+            # The client is back: ZooKeeper's leader touches a session as it revalidates it. Told
+            # now, ahead of the sync on the same link, not with the next report half a tick after
+            # the decision, so that a client back within its timeout is not expired meanwhile
+            # (10,000 of them moving at once take seconds to decide). Only with its password:
+            # knowing a session's id must not be enough to keep it alive.
+            self.touch_now(session)
         self.proposals.sync(io, rid, ZK_ATTACH, self.attach_answers)
         return True
 
