@@ -289,6 +289,7 @@ def storm(side: Side, drv: Driver, victim: int, res: dict[str, Any], key: str) -
 
 def measure(side: Side, binary: Path, args: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     """Fills ``res`` as it goes: a failure keeps what was measured before it."""
+    res["servers"] = {side.addr(i): f"server {i}" for i in side.ids}
     side.start()
     leader = wait_serving(side, side.ids, 120)
     log(f"{side.system}: cluster up, leader {leader}, pids {[side.pid(i) for i in side.ids]}")
@@ -361,10 +362,14 @@ def metric_rows(r: dict[str, Any]) -> dict[str, float | None]:
         "follower killed: all notified s": g("follower_kill", "fire", "all_notified_s"),
         "leader killed: sessions on it": g("leader_kill", "affected"),
         "leader killed: all re-attached s": g("leader_kill", "moved", "moved_s"),
+        "leader killed: sessions the followers dropped (no leader)": g("leader_kill", "moved", "others_dropped"),
+        "leader killed: every dropped session back s": g("leader_kill", "moved", "all_back_s"),
         "leader killed: watch notifications / expected": _frac(r, "leader_kill"),
         "leader killed: all notified s": g("leader_kill", "fire", "all_notified_s"),
         "expire storm: all ephemerals gone s": g("expire", "gone", "gone_s"),
         "sessions told expired (must be 0)": _told(r),
+        "client dials that timed out (1 s), whole run": _last(r, "dial_timeouts"),
+        "client connect attempts, whole run": _last(r, "connect_attempts"),
     }
 
 
@@ -374,13 +379,18 @@ def _frac(r: dict[str, Any], key: str) -> float | None:
 
 
 def _told(r: dict[str, Any]) -> float | None:
-    # the last answer that counted them: each is cumulative over the run
-    for keys in (("expire", "census"), ("leader_kill", "fire"), ("follower_kill", "fire"), ("connect",)):
+    return _last(r, "sessions_told_expired")
+
+
+def _last(r: dict[str, Any], key: str) -> float | None:
+    """``key`` of the driver's last answer: its counts are cumulative over the run."""
+    for keys in (("expire", "census"), ("expire", "gone"), ("leader_kill", "fire"), ("leader_kill", "moved"),
+                 ("follower_kill", "fire"), ("follower_kill", "moved"), ("connect",)):
         v: Any = r
         for k in keys:
             v = v.get(k) if isinstance(v, dict) else None
-        if isinstance(v, dict) and "sessions_told_expired" in v:
-            return float(v["sessions_told_expired"])
+        if isinstance(v, dict) and key in v:
+            return float(v[key])
     return None
 
 
@@ -389,7 +399,7 @@ def fmt(v: float | None, metric: str) -> str:
         return "n/a"
     if "/ expected" in metric:
         return f"{v:.4f}"
-    if "sessions" in metric:
+    if "sessions" in metric or "client" in metric:
         return f"{v:,.0f}"
     return f"{v:,.2f}"
 
@@ -406,8 +416,10 @@ def table(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[
     for system in SYSTEMS:
         r = results.get(system, {})
         if "connect" in r:
-            lines.append(f"\n{LABEL[system]}: sessions per server after the connect storm "
-                         f"{r['connect'].get('per_server')}")
+            names = r.get("servers", {})
+            per = dict(sorted((names.get(a, a), n) for a, n in r["connect"].get("per_server", {}).items()))
+            lines.append(f"\n{LABEL[system]}: sessions per server after the connect storm {per}; "
+                         f"servers' RSS MiB {r.get('rss_mib')}")
         if "error" in r:
             lines.append(f"\n{LABEL[system]}: ERROR {r['error']}")
     return lines

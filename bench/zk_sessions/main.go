@@ -132,7 +132,7 @@ func (s *sess) onEvent(ev zk.Event) {
 		if ev.State == zk.StateDisconnected {
 			s.discAt = now
 		}
-		if ev.State == zk.StateConnecting {
+		if ev.State == zk.StateConnecting && !s.dead.Load() { // an abandoned session's tries are not the storm's
 			s.attempts++
 		}
 		if ev.State == zk.StateHasSession {
