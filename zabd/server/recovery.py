@@ -26,13 +26,15 @@ class Recovered(NamedTuple):
     snapshot_seconds: float | None = None  # loading the snapshot (None: there was none)
     replayed: int = 0  # txns applied from the log after it
     replay_seconds: float = 0.0
+    load_seconds: float = 0.0  # reading the storage (snapshot file, log scan) before any of the above
 
 
 REPLAY_PAGE = 16 << 20  # bytes of log read at a time while replaying
 
 
 def recover(
-    state: PersistentState, storage: Storage, node: Node, machine: StateMachine, log: Any, warnings: list[str]
+    state: PersistentState, storage: Storage, node: Node, machine: StateMachine, log: Any, warnings: list[str],
+    load_seconds: float = 0.0,
 ) -> Recovered:
     t0 = time.monotonic()
     snapshot_s = None
@@ -80,5 +82,8 @@ def recover(
         replayed=replayed,
         committed=zx.fmt(state.last_committed),
         seconds=round(took, 3),
+        load_seconds=round(load_seconds, 3),
+        restore_seconds=round(snapshot_s, 3) if snapshot_s is not None else None,
+        replay_seconds=round(replay_s, 3),
     )
-    return Recovered(state.last_committed, state.log_base, took, snapshot_s, replayed, replay_s)
+    return Recovered(state.last_committed, state.log_base, took, snapshot_s, replayed, replay_s, load_seconds)
