@@ -74,9 +74,11 @@ class Replica:
         set_context(self._log_context)
         self.disk = storage if isinstance(storage, DiskStorage) else None
         self._loop: asyncio.AbstractEventLoop | None = None
+        t0 = time.monotonic()
         state = storage.load()
+        load_s = time.monotonic() - t0
         warnings = list(self.disk.warnings) if self.disk is not None else []
-        self.recovered = recover(state, storage, self.node, self.machine, self.log, warnings)
+        self.recovered = recover(state, storage, self.node, self.machine, self.log, warnings, load_s)
         if self.disk is not None and not self.disk.fsync:
             self.log.warning("fsync = false: acknowledged writes can be lost on a crash (benchmarks only)")
         bare = sorted(n for n in config.peers if config.peer_spec(n).election is None)
@@ -226,8 +228,21 @@ class Replica:
         # peer is connected loses every vote and waits a full timeout.
         deadline = time.monotonic() + self.config.connect_grace_ms / 1000.0
         peers = self.config.peer_ids
-        while time.monotonic() < deadline and not all(self.transport.connected(p) for p in peers):
+        while (not self._ticking and time.monotonic() < deadline
+               and not all(self.transport.connected(p) for p in peers)):
             await asyncio.sleep(0.01)
+        self._begin_ticking()
+
+    def _begin_ticking(self) -> None:
+        """The first tick starts this node's election, with its own position as
+        its candidate; until then the core holds a placeholder one (epoch 0,
+        zxid 0). A peer's vote that arrived during the grace would be weighed
+        against that placeholder: a restarted node that holds the best state
+        would follow a worse peer, which in turn moves its vote to it, and
+        neither leads until the follower's timeout (2 s). So a peer's first
+        message ends the grace: the election starts before it is handled."""
+        if self._ticking or self._stopping:
+            return
         self._ticking = True
         self._on_tick_timer()
 
@@ -456,6 +471,8 @@ class Replica:
         self._kick()
 
     def _core_message(self, peer: int, msg: Message) -> None:
+        if not self._ticking:
+            self._begin_ticking()
         self.node.on_message(peer, msg, self.now())
 
     def _proposed(self, peer: int, msg: Propose) -> None:
