@@ -132,3 +132,24 @@ def test_snap_threshold_is_randomized_per_node() -> None:
     per_node = [snap_threshold(100_000, random.Random(node)) for node in range(1, 6)]
     assert all(50_000 <= t <= 100_000 for t in per_node)
     assert len(set(per_node)) == len(per_node)  # nodes do not snapshot in lockstep
+
+
+@pytest.mark.parametrize("size", [0, 1, 65536, 2 * 65536, 2 * 65536 + 17])
+def test_read_snapshot_checks_every_part_and_returns_the_bytes_it_read(tmp_path: object, size: int) -> None:
+    d = str(tmp_path)
+    data = os.urandom(size)
+    path = write_snapshot(d, 7, data, received=True)
+    snap = read_snapshot(path)
+    assert type(snap.data) is bytes and snap.data == data and snap.received
+    nblocks = -(-size // 65536)
+    damage = [(3, 0, "header checksum")]  # inside the header
+    if nblocks:
+        last = SNAP_HEADER_SIZE + (nblocks - 1) * 65536
+        damage += [(SNAP_HEADER_SIZE + size, SNAP_HEADER_SIZE + size, "table damaged"),  # the block table
+                   (SNAP_HEADER_SIZE + size - 1, last, f"block {nblocks - 1}")]  # the last data byte
+    for at, offset, what in damage:
+        write_snapshot(d, 7, data, received=True)
+        flip_byte(path, at)
+        with pytest.raises(LogCorruption, match=what) as ei:
+            read_snapshot(path)
+        assert ei.value.offset == offset

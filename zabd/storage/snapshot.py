@@ -28,7 +28,7 @@ import os
 import re
 import struct
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import crc32c
 
@@ -145,36 +145,72 @@ class SnapshotWriter:
             os.unlink(self.tmp)
 
 
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    """``n`` bytes (fewer only at the end of the file). An unbuffered file's
+    ``read(n)`` reads into the bytes object it returns: no copy, unless a
+    short read (not seen on a regular file) makes one join the pieces."""
+    data = f.read(n)
+    if len(data) == n or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < n:
+        more = f.read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
 def read_snapshot(path: str) -> Snapshot:
-    """Read and verify one snapshot file. Raises LogCorruption (file, offset, what)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < SNAP_HEADER_SIZE:
-        raise LogCorruption(path, 0, f"file is {len(raw)} bytes, shorter than the {SNAP_HEADER_SIZE}-byte header")
-    (hcrc,) = struct.unpack_from("<I", raw, SNAP_HEAD.size)
-    if crc32c.crc32c(raw[: SNAP_HEAD.size]) != hcrc:
-        raise LogCorruption(path, 0, "snapshot header checksum mismatch")
-    magic, version, flags, zxid, length, block, tcrc = SNAP_HEAD.unpack_from(raw, 0)
-    if magic != SNAP_MAGIC or version != 1 or block <= 0:
-        raise LogCorruption(path, 0, f"not a snapshot file (magic {magic!r}, version {version})")
-    m = SNAP_NAME.fullmatch(os.path.basename(path))
-    if m and int(m.group(1), 16) != zxid:
-        raise LogCorruption(path, 0, f"header says zxid {zx.fmt(zxid)}, file name says {zx.fmt(int(m.group(1), 16))}")
-    nblocks = (length + block - 1) // block
-    expect = SNAP_HEADER_SIZE + length + 4 * nblocks
-    if len(raw) != expect:
-        raise LogCorruption(path, min(len(raw), expect), f"file is {len(raw)} bytes, expected {expect}")
+    """Read and verify one snapshot file. Raises LogCorruption (file, offset, what).
+
+    The data part is read once, straight into the bytes object returned (a
+    restart's whole state: 178 MB at 1M znodes), and checked block by block
+    through a memoryview of it; nothing is copied."""
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        if size < SNAP_HEADER_SIZE:
+            raise LogCorruption(path, 0, f"file is {size} bytes, shorter than the {SNAP_HEADER_SIZE}-byte header")
+        with contextlib.suppress(OSError, AttributeError):  # advice only: a read-ahead hint for a cold cache
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        head = _read_exact(f, SNAP_HEADER_SIZE)
+        if len(head) < SNAP_HEADER_SIZE:
+            raise LogCorruption(path, len(head), "file ended inside the header while being read")
+        (hcrc,) = struct.unpack_from("<I", head, SNAP_HEAD.size)
+        if crc32c.crc32c(head[: SNAP_HEAD.size]) != hcrc:
+            raise LogCorruption(path, 0, "snapshot header checksum mismatch")
+        magic, version, flags, zxid, length, block, tcrc = SNAP_HEAD.unpack_from(head, 0)
+        if magic != SNAP_MAGIC or version != 1 or block <= 0:
+            raise LogCorruption(path, 0, f"not a snapshot file (magic {magic!r}, version {version})")
+        m = SNAP_NAME.fullmatch(os.path.basename(path))
+        if m and int(m.group(1), 16) != zxid:
+            named = zx.fmt(int(m.group(1), 16))
+            raise LogCorruption(path, 0, f"header says zxid {zx.fmt(zxid)}, file name says {named}")
+        nblocks = (length + block - 1) // block
+        expect = SNAP_HEADER_SIZE + length + 4 * nblocks
+        if size != expect:
+            raise LogCorruption(path, min(size, expect), f"file is {size} bytes, expected {expect}")
+        data = _read_exact(f, length)
+        table = _read_exact(f, 4 * nblocks)
     tstart = SNAP_HEADER_SIZE + length
-    mv = memoryview(raw)
-    if crc32c.crc32c(mv[tstart:]) != tcrc:
+    if len(data) != length or len(table) != 4 * nblocks:  # the file shrank while being read
+        got = SNAP_HEADER_SIZE + len(data) + len(table)
+        raise LogCorruption(path, got, f"file ended at {got} bytes while being read, expected {expect}")
+    if crc32c.crc32c(table) != tcrc:
         raise LogCorruption(path, tstart, "snapshot block checksum table damaged")
-    for i in range(nblocks):
-        lo = SNAP_HEADER_SIZE + i * block
-        hi = min(lo + block, tstart)
-        (want,) = struct.unpack_from("<I", raw, tstart + 4 * i)
-        if crc32c.crc32c(mv[lo:hi]) != want:
-            raise LogCorruption(path, lo, f"checksum mismatch in snapshot data block {i} (bytes {lo}..{hi})")
-    return Snapshot(zxid, bytes(mv[SNAP_HEADER_SIZE:tstart]), bool(flags & RECEIVED), path)
+    mv = memoryview(data)
+    crc = crc32c.crc32c
+    for i, (want,) in enumerate(struct.iter_unpack("<I", table)):
+        lo = i * block
+        if crc(mv[lo : lo + block]) != want:
+            hi = min(lo + block, length)
+            raise LogCorruption(path, SNAP_HEADER_SIZE + lo,
+                                f"checksum mismatch in snapshot data block {i} "
+                                f"(bytes {SNAP_HEADER_SIZE + lo}..{SNAP_HEADER_SIZE + hi})")
+    return Snapshot(zxid, data, bool(flags & RECEIVED), path)
 
 
 def newest_snapshot(snap_dir: str) -> Snapshot | None:
