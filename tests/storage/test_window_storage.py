@@ -41,6 +41,16 @@ def test_load_reads_only_the_window_and_the_epoch_ends_below_it(tmp_path: object
         page = s.read_range(z(1, 10), z(1, 430), max_bytes=200)
         assert page[0].zxid == z(1, 11) and 1 <= len(page) < 50
         assert s.read_range(0, z(1, 430)) == run(1, 1, 430, b"p")
+        # pages read one after another are the whole range, whatever the budget (one
+        # smaller than a txn, one that ends inside a segment, one over many segments)
+        for budget in (1, 200, 5000):
+            paged, after = [], z(1, 10)
+            while after < z(1, 430):
+                page = s.read_range(after, z(1, 430), max_bytes=budget)
+                assert page and sum(len(t.payload) for t in page[:-1]) < budget
+                paged += page
+                after = page[-1].zxid
+            assert paged == run(1, 1, 430, b"p")[10:]
     finally:
         s.close()
 

@@ -10,6 +10,9 @@ any later ones). Storage warnings (a torn tail cut, say) are logged here.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
+from itertools import islice
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from zabd.machine import StateMachine, membership_at
@@ -30,6 +33,38 @@ class Recovered(NamedTuple):
 
 
 REPLAY_PAGE = 16 << 20  # bytes of log read at a time while replaying
+_zxid = attrgetter("zxid")
+
+
+def _replay(state: PersistentState, storage: Storage, machine: StateMachine) -> int:
+    """Apply every committed txn after the snapshot: the restart costs the log
+    since the snapshot, not the whole history. The window (``state.history``,
+    the txns after ``window_base``) was read by the load already, so the log is
+    read only below it, a page at a time. Returns how many were applied."""
+    after = state.snapshot_zxid
+    commit = state.last_committed
+    history = state.history
+    apply = machine.apply
+    replayed = 0
+    from_log = min(commit, state.window_base) if history else commit
+    while True:
+        while after < from_log:
+            page = storage.read_range(after, from_log, REPLAY_PAGE)
+            if not page:
+                break
+            for txn in page:
+                apply(txn)
+            replayed += len(page)
+            after = page[-1].zxid
+        if after >= commit or from_log == commit:
+            return replayed
+        if after >= state.window_base:
+            start = bisect_right(history, after, key=_zxid)
+            stop = bisect_right(history, commit, key=_zxid)
+            for txn in islice(history, start, stop):
+                apply(txn)
+            return replayed + stop - start
+        from_log = commit  # the log ended below the window (it cannot): read on as before, to the commit point
 
 
 def recover(
@@ -42,19 +77,7 @@ def recover(
         machine.restore(state.snapshot)
         snapshot_s = time.monotonic() - t0
     t1 = time.monotonic()
-    # every committed txn after the snapshot, streamed from the log: the
-    # restart costs the log since the snapshot, not the whole history
-    after = state.snapshot_zxid
-    replayed = 0
-    apply = machine.apply
-    while after < state.last_committed:
-        page = storage.read_range(after, state.last_committed, REPLAY_PAGE)
-        if not page:
-            break
-        for txn in page:
-            apply(txn)
-        replayed += len(page)
-        after = page[-1].zxid
+    replayed = _replay(state, storage, machine)
     replay_s = time.monotonic() - t1
     if state.history or state.current_epoch or state.accepted_epoch or state.window_base:
         at_base = membership_at(machine.membership_changes, state.window_base)

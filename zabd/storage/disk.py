@@ -356,6 +356,14 @@ class DiskStorage:
             j = bisect_right(zs, upto)
             if j <= i:
                 continue
+            cut = False
+            if max_bytes:
+                # read only the records the rest of the budget covers (their offsets say
+                # where they end), not the rest of the segment for every page
+                offs = seg.offsets
+                k = bisect_left(offs, offs[i] + max_bytes - size, i + 1, j)
+                if k < j:
+                    j, cut = k, True
             try:
                 with open(seg.path, "rb") as f:
                     fd = f.fileno()
@@ -370,7 +378,8 @@ class DiskStorage:
                 size += len(txn.payload)
                 if max_bytes and size >= max_bytes:
                     return out
-        return out
+            if cut:
+                return out
         return out
 
     def persist_epochs(self, accepted_epoch: int, epoch_leader: int, current_epoch: int) -> None:
