@@ -161,7 +161,7 @@ def parts(args: argparse.Namespace, template: Path) -> dict[str, Any]:
 
     scratch = args.dir / "parts"
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(template / "data1", scratch)
+    shutil.copytree(template / f"data{args.parts_node}", scratch)
     out: dict[str, Any] = {}
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import zabd.server.cli, zabd.server.replica, zabd.kv.kvmachine"],
@@ -213,6 +213,7 @@ def main() -> int:
     p.add_argument("--set-seconds", type=float, default=10.0, help="setData load after the tree load (10)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--parts", action="store_true", help="also time one node's restart piece by piece in process")
+    p.add_argument("--parts-node", type=int, default=1, choices=IDS, help="whose data --parts uses (1)")
     args = p.parse_args()
     if args.znodes < 1 or args.repeat < 0 or args.set_seconds <= 0:
         p.error("--znodes and --set-seconds must be positive, --repeat at least 0")
