@@ -47,7 +47,10 @@ AUTH_FRAME = 8192  # the largest frame before a connection authenticated: an aut
 BACKOFF_MIN = 0.02
 # Redials of a peer that is down are cheap (refused at once, or abandoned at
 # peer_connect_timeout_ms); a short cap rejoins a healed partition quickly.
-BACKOFF_MAX = 0.25
+# Only the lower id dials, so a node that comes up (a restart: the nodes finish
+# recovering seconds apart) waits for its lower peers' next redial to be
+# linked: half the cap on average, before any vote can reach it.
+BACKOFF_MAX = 0.05
 
 
 class Handler(Protocol):
