@@ -2,6 +2,8 @@
 
     python3 bench/restart_scale.py --dir /tmp/rs --znodes 1000000            # build once, restart 3 times
     python3 bench/restart_scale.py --dir /tmp/rs --znodes 1000000 --repeat 5 # again on the same template
+    python3 bench/restart_scale.py --dir /tmp/rs --repeat 1 --code /work/main   # main's servers: a before
+    python3 bench/restart_scale.py --dir /tmp/rs --repeat 0 --parts --parts-node 2  # one node, in process
 
 The first run builds a template in ``--dir``: a 3-node cluster (LocalCluster, disk, fsync on)
 loaded with bench/zk_scale.py's tree of N leaves through ZooKeeper's Java client
@@ -14,7 +16,10 @@ polls (zk_scale's kazoo poll: one connection per try) until one reads the last l
 bytes: that is zk_scale's "whole-cluster restart until a read is served". Each server's log then
 gives its part of it, from its spawn (wall clock) to: ``recovered`` (the storage load, the snapshot
 restore and the replay, each timed by the server) and its ``serving again`` (the election and the
-sync done). The page cache is warm (the copy just wrote the files), as after zk_scale's stop.
+sync done), and its CPU seconds when the read was served (from /proc: steadier than the wall
+times on a shared box). The page cache is warm (the copy just wrote the files), as after
+zk_scale's stop. ``--code DIR`` runs the servers from another checkout (the harness stays
+this one's); ``--parts`` times one node's restart piece by piece in this process.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import shutil
 import statistics
 import subprocess
@@ -117,6 +123,15 @@ def node_breakdown(text: str, spawned: float) -> dict[str, Any]:
     return out
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+
+
 def restart_once(args: argparse.Namespace, template: Path, k: int) -> dict[str, Any]:
     run = args.dir / "run"
     shutil.rmtree(run, ignore_errors=True)
@@ -134,6 +149,7 @@ def restart_once(args: argparse.Namespace, template: Path, k: int) -> dict[str, 
             c.start_node(i)
         up = poll_get(",".join(c.zk_addr(i) for i in IDS), leaf, want, sync=False, deadline_s=300)
         serve_s = None if up is None else round(time.monotonic() - t0, 2)
+        cpu = {i: cpu_seconds(c.procs[i].pid) for i in IDS}  # load-independent: what each server spent
         # the other nodes' lines, bounded: each has been started for as long as the read took
         deadline = time.monotonic() + 60
         nodes = {}
@@ -150,7 +166,9 @@ def restart_once(args: argparse.Namespace, template: Path, k: int) -> dict[str, 
         for i in IDS:
             (kept / f"node{i}.log").write_text(c.log_text(i))
         shutil.rmtree(run, ignore_errors=True)
-    r = {"run": k, "serve_s": serve_s, "nodes": nodes}
+    for i in IDS:
+        nodes[i]["cpu_at_serve_s"] = cpu[i]
+    r = {"run": k, "serve_s": serve_s, "load_avg": round(os.getloadavg()[0], 1), "nodes": nodes}
     print(json.dumps(r), flush=True)
     return r
 
@@ -212,11 +230,13 @@ def main() -> int:
     p.add_argument("--znodes", type=int, default=1_000_000)
     p.add_argument("--set-seconds", type=float, default=10.0, help="setData load after the tree load (10)")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--code", type=Path, help="run the servers from this checkout (its zabd), e.g. main for a before")
     p.add_argument("--parts", action="store_true", help="also time one node's restart piece by piece in process")
     p.add_argument("--parts-node", type=int, default=1, choices=IDS, help="whose data --parts uses (1)")
     args = p.parse_args()
     if args.znodes < 1 or args.repeat < 0 or args.set_seconds <= 0:
         p.error("--znodes and --set-seconds must be positive, --repeat at least 0")
+    args.dir = args.dir.resolve()
     args.dir.mkdir(parents=True, exist_ok=True)
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # its retries are our polls
     template = args.dir / f"template-{args.znodes}"
@@ -227,6 +247,11 @@ def main() -> int:
         build_template(args, template)
     if args.parts:
         parts(args, template)
+    if args.code is not None:
+        # the servers run `python -m zabd`: their cwd comes first on their path, then PYTHONPATH
+        os.environ["PYTHONPATH"] = str(args.code.resolve())
+        os.chdir(args.dir)
+        print(f"servers run {args.code.resolve()}'s code", flush=True)
     runs = [restart_once(args, template, k) for k in range(args.repeat)]
     served = [r["serve_s"] for r in runs if r["serve_s"] is not None]
     if served:
