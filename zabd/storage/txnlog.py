@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import re
 import struct
@@ -333,6 +334,17 @@ def read_file(path: str) -> bytes:
         return f.read()
 
 
+def map_file(path: str) -> mmap.mmap | None:
+    """The file mapped read-only (None if it is empty: a map cannot be)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return None
+        mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    mapped.madvise(mmap.MADV_SEQUENTIAL)  # read-ahead for a cold cache
+    return mapped
+
+
 # ------------------------------------------------------------------ the log
 
 
@@ -377,8 +389,19 @@ def recover_log(log_dir: str, *, repair: bool = True, load_txns: bool = True) ->
             if seq > prev_seq + 2:
                 missing += f"..{segment_name(seq - 1)}"
             raise LogCorruption(path, 0, f"missing segment {missing} before this one")
-        data = read_file(path)
-        buf = memoryview(data)
+        mapped: mmap.mmap | None = None
+        data: bytes | None = None
+        if load_txns:
+            data = read_file(path)
+            buf = memoryview(data)
+        else:
+            # only each record's zxid and offset are kept: the records are checked where
+            # they lie in the page cache, not copied out first (a server's start: copying
+            # three 65 MiB segments was 0.12 s of a 0.23 s scan)
+            mapped = map_file(path)
+            buf = memoryview(mapped) if mapped is not None else memoryview(b"")
+        size = len(buf)
+        cut = -1
         try:
             header = parse_segment_header(path, buf)
             if header.seq != seq:
@@ -392,7 +415,7 @@ def recover_log(log_dir: str, *, repair: bool = True, load_txns: bool = True) ->
                     f"segment starts after zxid {zx.fmt(header.base_zxid)} but the previous segment ends at "
                     f"{zx.fmt(prev_zxid)} (missing or stale records)",
                 )
-            seg = Segment(seq, path, header.base_zxid, SEG_HEADER_SIZE, len(data), header.version)
+            seg = Segment(seq, path, header.base_zxid, SEG_HEADER_SIZE, size, header.version)
             res = scan_segment(
                 path, buf, prev_zxid, newest, seg.zxids, seg.offsets, history if load_txns else None, data
             )
@@ -402,11 +425,15 @@ def recover_log(log_dir: str, *, repair: bool = True, load_txns: bool = True) ->
                 warnings.append(f"{path}: offset {res.end}: torn record at the end of the log cut ({res.problem})")
                 log.warning("torn log tail cut: %s offset %d: %s", path, res.end, res.problem)
                 if repair:
-                    _zero_tail(path, res.end, len(data))
+                    cut = res.end
             seg.end = res.end
             prev_zxid = res.last_zxid
         finally:
             buf.release()
+            if mapped is not None:
+                mapped.close()
+        if cut >= 0:  # once the map is gone: a file cut under a map is a SIGBUS away
+            _zero_tail(path, cut, size)
         segments.append(seg)
         prev_seq = seq
     return Recovered(history, base, segments, warnings)
