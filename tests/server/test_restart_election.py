@@ -46,7 +46,7 @@ async def test_a_node_in_its_connect_grace_weighs_a_peer_vote_against_its_own_po
     await first.start()
     try:
         async with asyncio.timeout(10):
-            while not first._ticking:
+            while first.node.target[0] != 1:  # its election started: its own position, not the placeholder
                 await asyncio.sleep(0.01)
         await second.start()
         deadline = time.monotonic() + 20
