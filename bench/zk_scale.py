@@ -3,6 +3,7 @@
     python3 bench/zk_scale.py                          # N = 20000 and 1000000 (tens of minutes)
     python3 bench/zk_scale.py --sizes 20000 --quick    # smoke run (a few minutes, numbers rough)
     python3 bench/zk_scale.py --sizes 1000000 --json /tmp/scale.json
+    python3 bench/zk_scale.py --sizes 1000000 --runs 3  # the table gives each metric's median (min-max)
 
 For each N in --sizes and each system (interleaved: ZooKeeper first for the first size,
 zabd first for the next, ...) a fresh 3-node cluster (zabd: LocalCluster, disk storage,
@@ -47,6 +48,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -475,18 +477,41 @@ def fmt(v: float | None, metric: str) -> str:
     return f"{v:,.2f}"
 
 
-def table(n: int, results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[str]:
-    zk, zb = rows(results.get("zookeeper", {})), rows(results.get("zabd", {}))
+def medians(runs: list[dict[str, Any]]) -> tuple[dict[str, float | None], dict[str, tuple[float, float]]]:
+    """Each metric's median over the runs (None if no run has it), and its (min, max)."""
+    per = [rows(r) for r in runs]
+    med: dict[str, float | None] = {}
+    spread: dict[str, tuple[float, float]] = {}
+    for k in rows({}):
+        vals = [v for r in per if (v := r[k]) is not None]
+        med[k] = statistics.median(vals) if vals else None
+        if len(vals) > 1:
+            spread[k] = (min(vals), max(vals))
+    return med, spread
+
+
+def table(n: int, runs: list[dict[str, dict[str, Any]]], args: argparse.Namespace) -> list[str]:
+    """The metrics at ``n``: each system's median over ``runs`` (min-max beside it when
+    there are several), and the ratio of the medians."""
+    zk, zk_spread = medians([r.get("zookeeper", {}) for r in runs])
+    zb, zb_spread = medians([r.get("zabd", {}) for r in runs])
+    what = f"median of {len(runs)} runs (min-max)" if len(runs) > 1 else "one run"
     lines = [f"### N = {n:,} leaves of {args.data_bytes} B (fanout {FANOUT}), 3 nodes each; "
-             f"reads/writes {args.payload} B, {args.warmup:g} s warm-up + {args.duration:g} s",
+             f"reads/writes {args.payload} B, {args.warmup:g} s warm-up + {args.duration:g} s; {what}",
              "", "| metric | ZooKeeper 3.8 | zabd | zabd/ZooKeeper |", "|---|---:|---:|---:|"]
+
+    def cell(v: float | None, spread: dict[str, tuple[float, float]], k: str) -> str:
+        lo_hi = spread.get(k)
+        return fmt(v, k) + (f" ({fmt(lo_hi[0], k)}-{fmt(lo_hi[1], k)})" if lo_hi else "")
+
     for k in zk:
         a, b = zb[k], zk[k]
-        fa, fb = fmt(a, k), fmt(b, k)
-        lines.append(f"| {k} | {fb} | {fa} | {_ratio(a, b) if 'during rebuild (' not in k else ''} |")
-    for system in SYSTEMS:
-        if "error" in results.get(system, {}):
-            lines.append(f"\n{LABEL[system]}: ERROR {results[system]['error']}")
+        lines.append(f"| {k} | {cell(b, zk_spread, k)} | {cell(a, zb_spread, k)} "
+                     f"| {_ratio(a, b) if 'during rebuild (' not in k else ''} |")
+    for i, results in enumerate(runs):
+        for system in SYSTEMS:
+            if "error" in results.get(system, {}):
+                lines.append(f"\n{LABEL[system]} (run {i + 1}): ERROR {results[system]['error']}")
     return lines
 
 
@@ -527,8 +552,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--restart-max-seconds", type=float, default=300.0, help="cap on the restart wait (300)")
     p.add_argument("--rebuild-max-seconds", type=float, default=600.0, help="cap on the rebuild wait (600)")
     p.add_argument("--quick", action="store_true", help="smoke run: N=20000, 2 s + 3 s loads, 10 s rebuild load")
+    p.add_argument("--runs", type=int, default=1, help="runs of everything; the table gives medians (1)")
     p.add_argument("--json", type=Path, help="also write the final JSON to this file")
     args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error(f"--runs {args.runs}: expected at least 1")
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     if not systems or any(s not in SYSTEMS for s in systems):
         p.error("--systems takes zookeeper and/or zabd")
@@ -548,16 +576,16 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _sigterm)
 
     base = Path(tempfile.mkdtemp(prefix="zk-scale-"))
-    results: dict[int, dict[str, dict[str, Any]]] = {}
+    results: dict[int, list[dict[str, dict[str, Any]]]] = {n: [] for n in sizes}
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         compile_loader(base / "build")
         compile_zkbench(base / "build")
-        for k, n in enumerate(sizes):
-            results[n] = {}
+        for k, (run, n) in enumerate((run, n) for run in range(args.runs) for n in sizes):
+            results[n].append({})
             for system in systems if k % 2 == 0 else systems[::-1]:
-                log(f"{system} N={n:,}: box {busy_pct():.0f}% busy before the run")
-                work = base / f"{system}-{n}"
+                log(f"{system} N={n:,} run {run + 1}/{args.runs}: box {busy_pct():.0f}% busy before the run")
+                work = base / f"{system}-{n}-{run}"
                 work.mkdir()
                 (work / "build").symlink_to(base / "build")
                 side: Side = ZkSide(work / "zk", args.zk_heap) if system == "zookeeper" else ZabdSide(work / "zabd")
@@ -570,7 +598,7 @@ def main(argv: list[str]) -> int:
                 finally:
                     side.stop()
                 r["wall_s"] = round(time.monotonic() - t0, 1)
-                results[n][system] = r
+                results[n][-1][system] = r
                 shutil.rmtree(work, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -590,7 +618,7 @@ def main(argv: list[str]) -> int:
     if args.json:
         args.json.write_text(line + "\n")
     print(line, flush=True)
-    return 1 if any("error" in r for v in results.values() for r in v.values()) else 0
+    return 1 if any("error" in r for v in results.values() for run in v for r in run.values()) else 0
 
 
 if __name__ == "__main__":
