@@ -57,6 +57,7 @@ def every_field(tmp_path: Path) -> dict[str, Any]:
         "max_link_buffer": 1 << 25,
         "max_client_cnxns": 9,
         "max_cnxns": 99,
+        "client_backlog": 1024,
         "client_max_frame": 1 << 21,
         "client_frame_timeout_ms": 900,
         "client_max_queued": 1 << 20,
