@@ -50,6 +50,7 @@ STATUS_WORDS = {
     **dict.fromkeys(("current_epoch", "accepted_epoch", "last_zxid", "peers_connected", "client_connections",
                      "watches", "outstanding", "followers_synced", "uptime_s", "open_fds", "max_fds", "gc_ms",
                      "gc_collections", "storage_stats", "sync_sent", "sync_received", "log_base", "snapshots",
+                     "snapshot_streams", "snapshot_arriving",
                      "kv_keys", "kv_digest", "zk.sessions", "zk.ephemerals", "zk.digest_zxid", "zk.digest",
                      "zk.connections", "zk.watches", "zk.data_bytes", "zk.sasl_succeeded", "zk.sasl_failed",
                      "role_uptime_ms", "leader_uptime_ms", "observers_synced", "syncs_pending",

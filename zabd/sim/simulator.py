@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import TYPE_CHECKING, NamedTuple, cast
 
+from mypy_extensions import mypyc_attr
+
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send, SendSync
 from zabd.protocol.membership import Membership, MembershipError
@@ -151,6 +153,7 @@ def schedule_tick(i: int, rounds: int, proposals: int) -> int:
     return (i + 1) * rounds // (proposals + 1)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests record links and plant faults in subclasses
 class Simulator:
     def __init__(
         self,
