@@ -54,13 +54,18 @@ _FLUSH_SALT: Final = 0x9F1E_0002
 _CRASH_SALT: Final = 0x9F1E_0003
 _STREAM_SALT: Final = 0x9F1E_0004
 _INSTALL_SALT: Final = 0x9F1E_0005
+_PROGRESS_SALT: Final = 0x9F1E_0006
 
 # A streamed SNAP of n txns takes STREAM_BASE_TICKS + n * (1..3) + 0..39 ticks
-# to arrive, at most MAX_STREAM_TICKS: most arrive before the follower's
+# to arrive, at most MAX_STREAM_TICKS: some take longer than the follower's
 # election timeout (150 ticks of silence from its leader, which is behind the
-# stream), some do not and the core plans the sync again.
+# stream). As the server does, both ends tell the core of the stream's
+# pieces (Node.sync_progress) every 10..60 ticks (drawn per stream: some
+# gaps are long), which holds off the follower's timer and the leader's retry.
 STREAM_BASE_TICKS: Final = 20
 MAX_STREAM_TICKS: Final = 200
+MIN_PROGRESS_TICKS: Final = 10
+MAX_PROGRESS_TICKS: Final = 60
 # Making a received snapshot durable (fsync of the whole file, rename) takes
 # INSTALL_BASE_TICKS + n + 0..29 ticks on top of the flush it rides with.
 INSTALL_BASE_TICKS: Final = 30
@@ -70,6 +75,13 @@ def stream_ticks(seed: int, src: int, dst: int, t: int, txns: int) -> int:
     """Ticks a snapshot of ``txns`` txns sent at ``t`` takes from ``src`` to ``dst`` (drawn)."""
     r = mix(seed ^ _STREAM_SALT ^ (src << 40) ^ (dst << 48) ^ t)
     return min(MAX_STREAM_TICKS, STREAM_BASE_TICKS + txns * (1 + r % 3) + (r >> 8) % 40)
+
+
+def progress_ticks(seed: int, src: int, dst: int, t: int) -> int:
+    """Ticks between the pieces of a stream sent at ``t`` from ``src`` to
+    ``dst`` that both ends tell their core of (drawn)."""
+    r = mix(seed ^ _PROGRESS_SALT ^ (src << 40) ^ (dst << 48) ^ t)
+    return MIN_PROGRESS_TICKS + r % (MAX_PROGRESS_TICKS - MIN_PROGRESS_TICKS + 1)
 
 
 

@@ -36,6 +36,8 @@ class ScenarioResult:
     snaps_cut_link: int = 0
     installs: int = 0
     installs_cut: int = 0
+    snaps_long: int = 0
+    snaps_long_installed: int = 0
 
     @property
     def reproducer(self) -> str:
@@ -159,4 +161,6 @@ def run_scenario(
         snaps_cut_link=sim.stats.snaps_cut_link,
         installs=sim.stats.installs,
         installs_cut=sim.stats.installs_cut,
+        snaps_long=sim.stats.snaps_long,
+        snaps_long_installed=sim.stats.snaps_long_installed,
     )

@@ -19,13 +19,13 @@ from mypy_extensions import mypyc_attr
 from zabd.protocol import zxid as zx
 from zabd.protocol.effects import PHASE_NONE, Broadcast, Effect, RoleChanged, Send, SendSync
 from zabd.protocol.membership import Membership, MembershipError
-from zabd.protocol.messages import Message, Propose, ProposeMany, Txn
-from zabd.protocol.node import LEADING, LOOKING, NO_LEADER, Node, NotLeader
+from zabd.protocol.messages import LookForLeader, Message, Propose, ProposeMany, Txn
+from zabd.protocol.node import FOLLOWING, LEADING, LOOKING, NO_LEADER, Node, NotLeader
 from zabd.protocol.options import CANONICAL, SERVER, VARIANTS, Options
-from zabd.protocol.rand import MASK64, delivery_delay
+from zabd.protocol.rand import ELECTION_TIMEOUT, MASK64, delivery_delay
 from zabd.sim.disks import SimDisks, SnapshotTransfer
 from zabd.sim.faults import Change, Crash, Cut, FaultEvent, Restart
-from zabd.sim.pipes import NodePipe, effect_index, stream_ticks
+from zabd.sim.pipes import NodePipe, effect_index, progress_ticks, stream_ticks
 
 if TYPE_CHECKING:
     from zabd.sim.zk_workload import ZKWorkload
@@ -52,6 +52,9 @@ class _Stream(NamedTuple):
     seq: int  # its place in send order: what was sent on the link after it is behind it
     at: int  # the tick it arrives
     breaks: int  # the tick a cut of the link breaks it, or -1
+    sent: int  # the tick the pipeline sent it
+    start: int  # the tick its first piece goes (the link is free)
+    every: int  # both ends tell their core of a piece at start + every, start + 2 * every, ... before at
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,13 @@ class SimStats:
     snaps_cut_link: int = 0
     installs: int = 0  # flushes that made a received snapshot durable (begun)
     installs_cut: int = 0  # installs a crash came before (nothing of them kept)
+    # SNAPs that arrived more than the election timeout after they were sent
+    # (the follower heard nothing else from its leader meanwhile), and those
+    # of them that put their follower in sync with their sender, neither end
+    # having started an election since the send (sync_progress held off the
+    # follower's timer and the leader's retry)
+    snaps_long: int = 0
+    snaps_long_installed: int = 0
 
 
 # Effects observer: (tick, node, effects). The checker is one.
@@ -220,6 +230,11 @@ class Simulator:
         # flight waits here (heap) until its tick, and each link's streams
         self.later: list[_Later] = []
         self.streams: dict[tuple[int, int], list[_Stream]] = {}
+        # the last tick each node started an election, and the long streams
+        # arriving this tick whose receiver, when the tick began, followed
+        # their sender and was not in sync: (src, dst, tick sent)
+        self.looked = [-1] * (n + 1)
+        self.long_due: list[tuple[int, int, int]] = []
         if config.pipeline:
             if self.workload is not None:
                 raise ValueError("the pipeline variant runs the raw workload only")
@@ -336,6 +351,10 @@ class Simulator:
                     self.window_problem = (t, node.id, problem)
         if self.observer is not None:
             self.observer(t, node, effects)
+        for eff in effects:
+            # every start of an election (a LOOKING node's too) asks who leads
+            if type(eff) is Broadcast and type(eff.msg) is LookForLeader:
+                self.looked[node.id] = t
         self.tick = t
         self.batch = effects
         pipe.pipeline.run(effects)
@@ -418,10 +437,13 @@ class Simulator:
             streams = self.streams.get((src, dst))
             if isinstance(sent, SnapshotTransfer):
                 # streamed: it takes many ticks, and starts when the link is free
-                at = max(t, row[dst]) + stream_ticks(self.config.seed, src, dst, t, len(sent.prefix))
+                seed = self.config.seed
+                start = max(t, row[dst])
+                at = start + stream_ticks(seed, src, dst, t, len(sent.prefix))
                 if streams is None:
                     streams = self.streams[(src, dst)] = []
-                streams.append(_Stream(self.seq, at, self._cut_start(src, dst, t, at)))
+                streams.append(_Stream(self.seq, at, self._cut_start(src, dst, t, at), t, start,
+                                       progress_ticks(seed, src, dst, t)))
                 self.stats.snap_transfers += 1
             else:
                 at = t + delivery_delay(self.config.seed, src, dst, t)
@@ -484,8 +506,11 @@ class Simulator:
         now break the streams on their links (both ends learn it, as of a
         closed connection), and messages that waited outside the buckets and
         are due now go first into this tick's bucket (every message already
-        there was sent after them). True if a link failed."""
-        failed = False
+        there was sent after them); then both ends of each stream a piece of
+        which moves now tell their core (``Node.sync_progress``), as the
+        server's do. True if a link failed or a core was told of progress.
+        """
+        acted = False
         for link in sorted(self.streams):
             if any(0 <= s.breaks <= t for s in self.streams[link]):
                 src, dst = link
@@ -497,7 +522,7 @@ class Simulator:
                         node.link_failed(b, t)
                         if node.effects:
                             self._flush(node, t)
-                failed = True
+                acted = True
         later = self.later
         if later and later[0][0] <= t:
             assert later[0][0] == t, "a message due at a tick that was not visited"
@@ -507,23 +532,55 @@ class Simulator:
                 due.append((src, dst, inc, msg))
             self.buckets[t & 3] = due + self.buckets[t & 3]
             self.in_flight += len(due)
+        nodes = self.nodes
+        for (src, dst), streams in sorted(self.streams.items()):
+            # a crash or a cut removed the streams it broke: both ends of these are up
+            for s in streams:
+                if s.start < t < s.at and (t - s.start) % s.every == 0:
+                    for a, b in ((dst, src), (src, dst)):  # a piece arrived; a piece went
+                        node = nodes[a - 1]
+                        node.sync_progress(b, t)
+                        if node.effects:
+                            self._flush(node, t)
+                    acted = True
+                elif s.at == t and s.at - s.sent > ELECTION_TIMEOUT:
+                    self.stats.snaps_long += 1
+                    node = nodes[dst - 1]
+                    if node.role == FOLLOWING and node.leader == src and not node.in_sync:
+                        self.long_due.append((src, dst, s.sent))
         for link in [link for link, streams in self.streams.items() if streams[0].at <= t]:
             streams = self.streams[link]
             while streams and streams[0].at <= t:
                 del streams[0]  # in this tick's bucket: it arrives (or is discarded) now
             if not streams:
                 del self.streams[link]
-        return failed
+        return acted
+
+    def _long_arrived(self) -> None:
+        """After this tick's deliveries: count the long streams that put their
+        follower in sync with their sender with no election started at
+        either end since they were sent (the follower's timer and the
+        leader's plan outlasted a silence longer than the election timeout)."""
+        nodes, looked = self.nodes, self.looked
+        for src, dst, sent in self.long_due:
+            node = nodes[dst - 1]
+            if (node.role == FOLLOWING and node.leader == src and node.in_sync
+                    and looked[dst] < sent and looked[src] < sent):
+                self.stats.snaps_long_installed += 1
+        self.long_due = []
 
     def _next_stream_event(self, t: int, nxt: int) -> int:
-        """The earlier of ``nxt`` and the next tick a waiting message is due
-        or a cut breaks a stream."""
+        """The earlier of ``nxt`` and the next tick a waiting message is due,
+        a cut breaks a stream, or a stream's ends are told of a piece."""
         if self.later and self.later[0][0] < nxt:
             nxt = self.later[0][0]
         for streams in self.streams.values():
             for s in streams:
                 if t < s.breaks < nxt:
                     nxt = s.breaks
+                piece = s.start + s.every if t < s.start else t + s.every - (t - s.start) % s.every
+                if piece < s.at and piece < nxt:
+                    nxt = piece
         return nxt
 
     def sync_message(self, node: Node, plan: SendSync) -> object:
@@ -674,6 +731,8 @@ class Simulator:
                     # a dropped send can make a follower tick at t (v1.4)
                     if node.wake < min_wake:
                         min_wake = node.wake
+            if self.long_due:
+                self._long_arrived()
             # step 4. Handlers at tick t set wakes above t, except a link
             # failure (wake = t); min_wake, taken at the end of the previous
             # visited tick and lowered by restarts and link failures, tells
