@@ -223,6 +223,10 @@ def test_the_pipeline_variant_sweeps_and_replays(spark: Any, tmp_path: Path) -> 
     assert report.streams["snap_transfers"] > 0 and report.streams["installs"] > 0, report.streams
     summary = (tmp_path / "summary.txt").read_text()
     assert f"streamed SNAPs: {report.streams['snap_transfers']:,} sent" in summary
+    # ... and the ones that outlived the election timeout, and how many installed without an election
+    long, installed = report.streams["snaps_long"], report.streams["snaps_long_installed"]
+    assert 0 <= installed <= long <= report.streams["snap_transfers"], report.streams
+    assert f"longer than the election timeout {long:,}, installed without an election {installed:,}" in summary
 
 
 def test_a_sweep_catches_the_bug_planted_in_the_pipeline(spark: Any, tmp_path: Path) -> None:

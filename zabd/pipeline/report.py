@@ -61,7 +61,9 @@ def format_streams(streams: dict[str, int]) -> str:
     return (
         f"streamed SNAPs: {s['snap_transfers']:,} sent; in flight when their sender crashed "
         f"{s['snaps_cut_sender']:,}, their receiver crashed {s['snaps_cut_receiver']:,}, a cut broke the link "
-        f"{s['snaps_cut_link']:,}; installs {s['installs']:,}, cut by a crash {s['installs_cut']:,}"
+        f"{s['snaps_cut_link']:,}; installs {s['installs']:,}, cut by a crash {s['installs_cut']:,}; "
+        f"longer than the election timeout {s['snaps_long']:,}, installed without an election "
+        f"{s['snaps_long_installed']:,}"
     )
 
 

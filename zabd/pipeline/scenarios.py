@@ -58,9 +58,13 @@ COLUMNS: tuple[tuple[str, str, bool], ...] = (
     ("snaps_cut_link", "long", False),
     ("installs", "long", False),
     ("installs_cut", "long", False),
+    # ... and the SNAPs due more than the election timeout after they were sent, and
+    # those of them installed with no election at either end meanwhile (sync_progress)
+    ("snaps_long", "long", False),
+    ("snaps_long_installed", "long", False),
 )
 STREAM_COLUMNS = ("snap_transfers", "snaps_cut_sender", "snaps_cut_receiver", "snaps_cut_link", "installs",
-                  "installs_cut")
+                  "installs_cut", "snaps_long", "snaps_long_installed")
 COLUMN_NAMES = tuple(c[0] for c in COLUMNS)
 
 
