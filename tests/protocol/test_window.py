@@ -212,7 +212,7 @@ def test_a_streaming_sync_holds_off_the_plans_retry_while_it_moves() -> None:
     assert len(plans(node)) == 1
 
 
-def test_a_streaming_sync_holds_off_the_followers_election_until_it_is_in_sync() -> None:
+def test_a_streaming_sync_holds_off_the_followers_election() -> None:
     node = follower_with((), 0)
     node.on_message(3, NewEpoch(2), 10)  # following 3, not in sync: its timer runs from 10
     assert node.role == FOLLOWING and not node.in_sync
@@ -223,9 +223,26 @@ def test_a_streaming_sync_holds_off_the_followers_election_until_it_is_in_sync()
         assert node.role == FOLLOWING
     node.on_message(3, Sync(2, DIFF, 0, ()), 1000)
     assert node.in_sync
-    node.sync_progress(3, 1100)  # in sync: only the leader's own messages count now
-    node.on_tick(node.deadline() + 1)
+    node.sync_progress(3, 1100)  # a resync streaming to it: its heartbeats wait behind it too
+    assert node.deadline() > 1100
+    node.on_tick(node.deadline() + 1)  # and then nothing more from 3
     assert node.role != FOLLOWING
+
+
+def test_a_follower_a_snapshot_streams_to_counts_for_the_leaders_quorum() -> None:
+    """Three nodes, one down: the leader's quorum is itself and the follower
+    it is syncing. While pieces reach it, the leader does not step down."""
+    node = leader_with(txns(z(1, 1)))
+    node.link_failed(1, 20)  # node 1 goes
+    node.on_message(2, SyncInfo(0, ()), 20)
+    node.on_message(2, LookForLeader(1, 0, 1), 20)
+    assert len(plans(node)) == 1
+    for t in range(60, 600, 40):  # far past SUPPORT_WINDOW (150) with nothing else from 2
+        node.sync_progress(2, t)
+        node.on_tick(t)
+        assert node.role == LEADING
+    node.on_tick(580 + 150)
+    assert node.role != LEADING  # the stream stopped at 580: no support left
 
 
 def test_a_broken_link_loses_the_sync_in_flight_and_an_ack_settles_the_resync() -> None:

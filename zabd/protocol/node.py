@@ -498,22 +498,28 @@ class Node:
     def sync_progress(self, peer: int, t: int) -> None:
         """Part of a sync plan between this node and ``peer`` moved (the driver
         streams a SNAP's snapshot in pieces, each taking time): the plan is
-        alive, however long the whole takes. ZooKeeper gives its sync phase
-        ``initLimit``, longer than the broadcast's ``syncLimit``, for the same
-        reason; here progress is what counts, not a longer limit.
+        alive, however long the whole takes. ZooKeeper gives a learner in its
+        sync phase ``initLimit``, longer than the broadcast's ``syncLimit``,
+        and counts it as synced for the leader's quorum check meanwhile;
+        here progress is what counts, not a longer limit.
 
-        A follower that gets a piece from its leader before it is in sync
-        holds off its election timer (the leader's heartbeats wait behind the
-        stream); a leader that sends a piece to a follower it is syncing
-        holds off that plan's retry (a second copy would follow the first on
-        the same link and be thrown away)."""
+        A follower that gets a piece from its leader holds off its election
+        timer (the leader's heartbeats wait behind the stream, also when a
+        resync streams to a follower that was in sync). A leader that sends a
+        piece to a follower it is syncing holds off that plan's retry (a
+        second copy would follow the first on the same link and be thrown
+        away) and counts the follower as heard from: a piece leaves only when
+        the follower's socket took the ones before, and the leader may need
+        that follower for its quorum (three nodes, one down)."""
         if self.role == FOLLOWING:
-            if peer == self.leader and not self.in_sync:
+            if peer == self.leader:
                 self.reset_deadline(t)
         elif self.role == LEADING:
             plan = self.syncing.get(peer)
             if plan is not None:
                 self.syncing[peer] = (t, plan[1], plan[2])
+                if peer in self.last_heard:
+                    self.last_heard[peer] = t
 
     def link_failed(self, peer: int, t: int) -> None:
         """The link to ``peer`` broke (a dropped send, a lost connection).
