@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.storage.helpers import flip_byte, run, segments
+from tests.storage.helpers import flip_byte, run, segments, z
 from zabd.kv import Cas, KVLeader, KVStore, Put
 from zabd.protocol.messages import Txn
 from zabd.server.snapshots import Snapshotter, snap_threshold
@@ -153,3 +153,40 @@ def test_read_snapshot_checks_every_part_and_returns_the_bytes_it_read(tmp_path:
         with pytest.raises(LogCorruption, match=what) as ei:
             read_snapshot(path)
         assert ei.value.offset == offset
+
+
+def test_two_snaps_of_one_point_arrive_back_to_back_and_both_install(tmp_path: object) -> None:
+    """The leader re-planned: a second SNAP of the same point streams in while
+    the first's install waits for the writer thread. Each has its own temp
+    file (they shared one: the second truncated the first, then the first's
+    rename took the file from under the second's, a fatal storage error),
+    and the second install leaves the second's bytes."""
+    d = str(tmp_path)
+    s = DiskStorage(d)
+    s.load()
+    point = z(2, 9)
+    first = s.receive_snapshot(point)
+    first.write(b"first-" * 1000)
+    second = s.receive_snapshot(point)  # opened before the first's install runs
+    s.install_snapshot(point, first, point)
+    second.write(b"second-" * 1000)
+    s.install_snapshot(point, second, point)
+    s.flush_sync()
+    s.close()
+    snap_dir = os.path.join(d, "snap")
+    assert [name for name in os.listdir(snap_dir) if name.startswith(".tmp-")] == []
+    again = DiskStorage(d)
+    state = again.load()
+    assert state.snapshot_zxid == point and state.snapshot == b"second-" * 1000
+    again.close()
+
+
+def test_an_abandoned_snapshot_leaves_nothing(tmp_path: object) -> None:
+    d = str(tmp_path)
+    s = DiskStorage(d)
+    s.load()
+    sink = s.receive_snapshot(z(1, 5))
+    sink.write(b"half a snapshot")
+    sink.abort()
+    s.close()
+    assert os.listdir(os.path.join(d, "snap")) == []

@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import struct
+import tempfile
 from collections.abc import Iterable
 from typing import BinaryIO, NamedTuple
 
@@ -96,8 +97,11 @@ class SnapshotWriter:
         self.zxid = zxid
         self.received = received
         self.final = os.path.join(snap_dir, snapshot_name(zxid))
-        self.tmp = os.path.join(snap_dir, (".tmp-recv-" if received else ".tmp-") + snapshot_name(zxid))
-        self._file = open(self.tmp, "wb")  # noqa: SIM115 (closed by finish or abort)
+        # a name of its own: two SNAPs of the same point can arrive back to back, the
+        # second being written while the first's install renames its file on the writer thread
+        fd, self.tmp = tempfile.mkstemp(prefix=(".tmp-recv-" if received else ".tmp-") + snapshot_name(zxid) + ".",
+                                        dir=snap_dir)
+        self._file = os.fdopen(fd, "wb")
         self._file.write(bytes(SNAP_HEADER_SIZE))
         self.length = 0
         self._table = bytearray()
