@@ -67,3 +67,22 @@ def test_status_into_a_closed_pipe_is_not_a_traceback() -> None:
         r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
     assert r.returncode == 0, r.stderr
+
+
+class FailingClose(MemoryStorage):
+    def close(self) -> None:
+        raise OSError(5, "injected: the log writer had failed")
+
+
+async def test_a_storage_that_fails_to_close_still_lets_the_node_stop(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # DiskStorage.close raises again what its writer thread failed with: the
+    # shutdown that followed such a failure never set "stopped", and the process
+    # sat in its event loop, half dead, until someone killed it
+    replica = Replica(one_node(tmp_path), FailingClose())
+    await replica.start()
+    await replica.shutdown()
+    await asyncio.wait_for(replica.wait_stopped(), 10)
+    err = "".join(capfd.readouterr())
+    assert "storage close failed" in err and "the log writer had failed" in err

@@ -283,7 +283,10 @@ class Replica:
                 self.snapshotter.wait(30.0)
             except Exception as exc:
                 self.log.error("snapshot failed", error=str(exc))
-        self.storage.close()
+        try:
+            self.storage.close()
+        except Exception as exc:  # a writer that failed says so again here: the stop must still end
+            self.log.error("storage close failed", error=f"{type(exc).__name__}: {exc}")
         self.gc_timer.close()
         self.log.info("stopped")
         assert self._stopped is not None
