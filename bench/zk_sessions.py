@@ -5,7 +5,7 @@
     python3 bench/zk_sessions.py --sessions 3000 --systems zabd --json /tmp/s.json
 
 The clients are real: ``bench/zk_sessions/main.go``, built here against go-zookeeper/zk
-v1.0.4 (``--src``/``$GOZK_SRC``, default /work/gozk-src; Debian's go 1.19, no module proxy),
+v1.0.4 (``--src``/``$GOZK_SRC``, default the copy in third_party/go-zookeeper-zk; Debian's go 1.19, no module proxy),
 one process holding every session, each its own ``*zk.Conn`` (own TCP connection, pings,
 reconnects, SetWatches). Session i lists the servers in a fixed order, server i%3 first and the
 other two alternating, so the clients of a dead server split over the other two.
@@ -64,7 +64,7 @@ from zabd import compiled  # noqa: E402
 from zabd.client.spawn import LocalCluster, free_ports  # noqa: E402
 
 DRIVER_SRC = ROOT / "bench" / "zk_sessions" / "main.go"
-DEFAULT_SRC = os.environ.get("GOZK_SRC", "/work/gozk-src")
+DEFAULT_SRC = os.environ.get("GOZK_SRC", str(ROOT / "third_party" / "go-zookeeper-zk"))
 SYSTEMS = ("zookeeper", "zabd")
 LABEL = {"zookeeper": "ZooKeeper 3.8", "zabd": "zabd"}
 MiB = 1 << 20
@@ -441,7 +441,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--systems", default="zookeeper,zabd", help="comma list of zookeeper,zabd")
     p.add_argument("--no-leader-kill", action="store_true", help="skip the leader's reconnect storm")
     p.add_argument("--zk-heap", default="1g", help="ZooKeeper -Xms/-Xmx (1g)")
-    p.add_argument("--src", default=DEFAULT_SRC, help="go-zookeeper/zk v1.0.4 source ($GOZK_SRC, /work/gozk-src)")
+    p.add_argument("--src", default=DEFAULT_SRC,
+                   help="go-zookeeper/zk v1.0.4 source ($GOZK_SRC; default third_party/go-zookeeper-zk)")
     p.add_argument("--quick", action="store_true", help="1,000 sessions")
     p.add_argument("--json", type=Path, help="also write the final JSON to this file")
     p.add_argument("--zabd-set", action="append", default=[], metavar="FIELD=JSON",

@@ -25,6 +25,9 @@ command -v javac >/dev/null 2>&1 || need+=(openjdk-17-jdk-headless)
 for pkg in framework recipes client; do
     [ -f "/usr/share/java/curator-$pkg.jar" ] || need+=("libcurator-$pkg-java")
 done
+# go: tests/server/test_zk_session_storm.py builds a go-zookeeper session driver
+# (bench/zk_sessions.py) against the library vendored in third_party/
+command -v go >/dev/null 2>&1 || need+=(golang-go)
 is_311() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' >/dev/null 2>&1; }
 if [ -n "${ZABD_PYTHON:-}" ]; then
     PY=$ZABD_PYTHON

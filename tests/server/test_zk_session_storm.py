@@ -5,8 +5,9 @@ told it expired (its client never stopped trying), and one change of the
 watched znode must reach every session exactly once after the move.
 
 The clients are ``bench/zk_sessions.py``'s driver (go-zookeeper/zk v1.0.4, a
-real ``*zk.Conn`` per session); it needs go and the library's source
-(``GOZK_SRC``, default /work/gozk-src), and is skipped without them."""
+real ``*zk.Conn`` per session), built with go (``scripts/install.sh`` installs
+it) against the library's source vendored in ``third_party/go-zookeeper-zk``
+(``GOZK_SRC`` names another copy)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import pytest
 from bench.zk_sessions import Driver, build_driver, driver_available
 from zabd.client.spawn import LocalCluster
 
-SRC = Path(os.environ.get("GOZK_SRC", "/work/gozk-src"))
+SRC = Path(os.environ.get("GOZK_SRC", Path(__file__).resolve().parents[2] / "third_party" / "go-zookeeper-zk"))
 SESSIONS = 300
 
 
