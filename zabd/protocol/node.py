@@ -323,6 +323,12 @@ class Node:
         self._changes = _scan_changes(self.history)
         self._take_membership(0)
         self._reset_volatile()
+        # the candidate a vote that comes before this node's election starts
+        # (a server's connect grace) is weighed against: its own position, not
+        # the placeholder, or a restarted node holding the best state follows a
+        # worse peer, which then moves its vote to it, and neither leads until
+        # an election timeout
+        self.target = (self.current_epoch, self.last_zxid(), self.id)
 
     def crash(self) -> None:
         """Lose all volatile state; persistent fields are kept."""

@@ -234,13 +234,13 @@ class Replica:
         self._begin_ticking()
 
     def _begin_ticking(self) -> None:
-        """The first tick starts this node's election, with its own position as
-        its candidate; until then the core holds a placeholder one (epoch 0,
-        zxid 0). A peer's vote that arrived during the grace would be weighed
-        against that placeholder: a restarted node that holds the best state
-        would follow a worse peer, which in turn moves its vote to it, and
-        neither leads until the follower's timeout (2 s). So a peer's first
-        message ends the grace: the election starts before it is handled."""
+        """The first tick starts this node's election. A peer's vote that comes
+        during the grace is weighed against this node's own position (the core
+        holds it from ``restore``), and the grace itself lasts until every peer
+        is linked: a quorum that elected as soon as two nodes met would leave
+        out a third that holds more (a memory-storage cluster whose two
+        restarted nodes came back empty elected an empty tree, and the third,
+        in a later epoch, could never join it)."""
         if self._ticking or self._stopping:
             return
         self._ticking = True
@@ -474,8 +474,6 @@ class Replica:
         self._kick()
 
     def _core_message(self, peer: int, msg: Message) -> None:
-        if not self._ticking:
-            self._begin_ticking()
         self.node.on_message(peer, msg, self.now())
 
     def _proposed(self, peer: int, msg: Propose) -> None:
