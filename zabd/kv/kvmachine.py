@@ -235,10 +235,8 @@ class SnapshotRestore:
         self._tree: TreeBuilder | None = None
         self._bare = False  # a KV-only snapshot: no tree, kept whole
         self._whole: tuple[KVStore, list[tuple[int, bytes]], DataTree] | None = None
-        self.received = 0
 
     def feed(self, data: bytes | memoryview) -> None:
-        self.received += len(data)
         tree = self._tree
         if tree is not None:
             _feed_in_steps(tree, data)
