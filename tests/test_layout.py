@@ -115,6 +115,8 @@ LAYERS: dict[str, frozenset[str]] = {
     "zabd.pipeline": frozenset(
         {"zabd", "zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv", "zabd.sim"}
     ),
+    # coming over from ZooKeeper and going back: its data directory in, zabd's out, and back
+    "zabd.migrate": frozenset({"zabd.protocol", "zabd.codec", "zabd.machine", "zabd.storage", "zabd.zk", "zabd.kv"}),
     # the command line: dispatches to every tool
     "zabd.cli": frozenset({"zabd.compiled"}),
     "zabd.__main__": frozenset({"zabd.cli"}),

@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "bench": ("zabd.client.bench", "main", "load generator (optionally spawning a local cluster)"),
     "certs": ("zabd.certs", "main", "write a CA and one TLS certificate per node (and client certificates)"),
     "compose": ("zabd.client.compose", "main", "write docker-compose files for N nodes"),
+    "import-zookeeper": ("zabd.migrate.cli", "import_main",
+                         "read a ZooKeeper data directory into new zabd data directories"),
+    "export-zookeeper": ("zabd.migrate.cli", "export_main",
+                         "write a zabd data directory as a ZooKeeper data directory ZooKeeper 3.8 loads"),
     "pipeline": ("zabd.pipeline.cli", "main", "Spark sweeps of simulated scenarios and audits of real logs"),
     "nemesis": ("zabd.nemesis.cli", "main", "Jepsen-style fault runs against real servers, checked"),
 }

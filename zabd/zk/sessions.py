@@ -43,6 +43,30 @@ def stored_digest(secret: bytes) -> bytes:
     return secret if len(secret) == PASSWORD_DIGEST_SIZE else password_digest(secret)
 
 
+_JAVA_MULTIPLIER = 0x5DEECE66D
+_JAVA_MASK = (1 << 48) - 1
+ZOOKEEPER_SUPER_SECRET = 0xB3415C00  # ZooKeeperServer.superSecret
+
+
+def zookeeper_password(session: int) -> bytes:
+    """The password ZooKeeper gave session ``session``: ``generatePasswd``'s
+    ``new Random(id ^ superSecret).nextBytes(16)``, java.util.Random's LCG.
+    It is a function of the id, which every Stat of the session's ephemerals
+    shows: an imported session is exactly as safe as it was on ZooKeeper, and
+    only sessions imported from ZooKeeper are checked against it (``zabd
+    import-zookeeper`` keeps its digest in the table); zabd's own sessions
+    have random passwords."""
+    seed = ((session & MASK64) ^ ZOOKEEPER_SUPER_SECRET ^ _JAVA_MULTIPLIER) & _JAVA_MASK
+    out = bytearray()
+    while len(out) < 16:
+        seed = (seed * _JAVA_MULTIPLIER + 0xB) & _JAVA_MASK
+        rnd = seed >> 16  # next(32): the low 4 bytes first, as nextBytes takes them
+        for _ in range(min(4, 16 - len(out))):
+            out.append(rnd & 0xFF)
+            rnd >>= 8
+    return bytes(out)
+
+
 class HeldSession(Protocol):
     @property
     def timeout_ms(self) -> int: ...

@@ -26,7 +26,7 @@ import gc
 import hashlib
 import io
 import struct
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from typing import Any, Final, NamedTuple, cast
 
 import msgpack
@@ -713,22 +713,48 @@ class DataTree:
         fmt, applied, digest, rows, acls, sessions, count = msgpack.unpackb(data, raw=False, use_list=False)
         if fmt not in (2, 3, 4, 5) or len(rows) != count:
             raise ValueError(f"ZooKeeper tree snapshot format {fmt} ({len(rows)}/{count} nodes) is not one of mine")
+        acl_table = [acls_unwire(a) for a in acls]
+        tree = cls._from_rows((path, blob, acl_table[a], bool(null)) for path, blob, a, *null in rows)
+        total = tree.digest
+        tree.add_sessions(fmt, digest, total, sessions)
+        tree.applied = applied
+        return tree
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[str, bytes, tuple[ACL, ...], bool]],
+                  sessions: Iterable[tuple[int, int, bytes]], applied: int) -> DataTree:
+        """A tree of ``rows`` (path, header + data, ACL, null data), parents
+        before their children and the fixed nodes among them, and of
+        ``sessions`` (id, timeout, password digest): a tree read from
+        elsewhere (ZooKeeper's snapshot, ``zabd.migrate``). ValueError if a
+        row's parent is missing or a row is short."""
+        tree = cls._from_rows(rows)
+        total = tree.digest
+        for sid, timeout, secret in sessions:
+            s = tree.sessions[sid] = Session(timeout, stored_digest(secret))
+            total += tree._session_hash(sid, *s)
+        tree.digest = total & MASK64
+        tree.applied = applied
+        return tree
+
+    @classmethod
+    def _from_rows(cls, rows: Iterable[tuple[str, bytes, tuple[ACL, ...], bool]]) -> DataTree:
         tree = cls()
-        # the snapshot's rows hold the fixed nodes too: start from nothing
+        # the rows hold the fixed nodes too: start from nothing
         tree.nodes.clear()
         tree.digest = 0
         tree.clear_caches()
-        acl_table = [tree._intern(acls_unwire(a)) for a in acls]
         nodes = tree.nodes
-        # parents come before their children in a snapshot (dict order is
-        # creation order, and a parent outlives its children)
-        for path, blob, a, *null in rows:
+        intern = tree._intern
+        for path, blob, acl, null in rows:
             if len(blob) < HEADER_SIZE:
-                raise ValueError(f"ZooKeeper tree snapshot: node {path!r} is truncated")
-            nodes[path] = (NullDataZNode if null else ZNode)(blob, acl_table[a], None)
+                raise ValueError(f"ZooKeeper tree: node {path!r} is truncated")
+            nodes[path] = (NullDataZNode if null else ZNode)(blob, intern(acl), None)
             owner = HEADER.unpack_from(blob)[8]
             if path != "/":
-                parent = nodes[parent_of(path)]
+                parent = nodes.get(parent_of(path))
+                if parent is None:
+                    raise ValueError(f"ZooKeeper tree: node {path!r} comes before its parent")
                 if parent.children is None:
                     parent.children = set()
                 parent.children.add(path)
@@ -736,9 +762,24 @@ class DataTree:
         total = 0
         for path, node in nodes.items():
             total += tree._hash(path, node)
-        tree.add_sessions(fmt, digest, total, sessions)
-        tree.applied = applied
+        tree.digest = total & MASK64
         return tree
+
+    def replayed_create_exists(self, path: str, parent_cversion: int, zxid: int) -> None:
+        """A create replayed over a fuzzy snapshot that already holds its
+        node: the parent's cversion and pzxid move as the create would have
+        moved them (ZooKeeper's ``setCversionPzxid`` in ``processTxn``, for
+        an import of its snapshot and logs). ``parent_cversion`` -1: one
+        more than now."""
+        ppath = parent_of(path)
+        parent = self.nodes.get(ppath)
+        if parent is None:
+            return
+        cv = parent.cversion
+        if parent_cversion == -1:
+            parent_cversion = cv + 1
+        if parent_cversion > cv:
+            self._relink(ppath, parent, None, None, zxid, parent_cversion)
 
     def add_sessions(self, fmt: int, digest: int, total: int, sessions: Any) -> None:
         """The session table, and the digest checked against the recorded one."""

@@ -1,0 +1,101 @@
+"""``zabd import-zookeeper`` and ``zabd export-zookeeper``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+from zabd.migrate.zk_export import ZooKeeperExportError, export_zookeeper
+from zabd.migrate.zk_import import ZooKeeperImportError, import_zookeeper
+from zabd.protocol import zxid as zx
+from zabd.zk.datadir import ZkFormatError
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    """One line rewritten in place on a terminal; a line each otherwise."""
+    tty = sys.stderr.isatty()
+    width = [0]
+
+    def say(msg: str) -> None:
+        if quiet:
+            return
+        if tty:
+            sys.stderr.write("\r" + msg.ljust(width[0]))
+            width[0] = len(msg)
+        else:
+            sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+
+    return say
+
+
+def _done(quiet: bool) -> None:
+    if not quiet and sys.stderr.isatty():
+        sys.stderr.write("\n")
+
+
+def import_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="zabd import-zookeeper",
+        description="read a ZooKeeper 3.5-3.9 data directory (its newest snapshot and the logs after it) into new "
+                    "zabd data directories, with every znode's data, Stat fields and ACL, and the sessions")
+    p.add_argument("data_dir", metavar="DATA_DIR", help="ZooKeeper's dataDir (or the version-2 folder inside it)")
+    p.add_argument("--out", required=True, help="the zabd data directory to write (must not exist, or be empty)")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="write OUT/data1..dataN, one per node of a new N-node cluster (zabd cluster --dir OUT)")
+    p.add_argument("--log-dir", default=None, help="ZooKeeper's dataLogDir, when it is not DATA_DIR")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    args = p.parse_args(argv)
+    if args.nodes is not None and not 1 <= args.nodes <= 7:
+        print(f"zabd import-zookeeper: --nodes {args.nodes}: expected 1 to 7", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        r = import_zookeeper(args.data_dir, args.out, args.nodes, args.log_dir, _progress(args.quiet))
+    except (ZooKeeperImportError, ZkFormatError) as exc:
+        _done(args.quiet)
+        print(f"zabd import-zookeeper: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        _done(args.quiet)
+        print(f"zabd import-zookeeper: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    _done(args.quiet)
+    for s in r.skipped_snapshots:
+        print(f"skipped a damaged snapshot: {s}", file=sys.stderr)
+    print(f"imported {r.znodes:,} znodes and {r.sessions:,} sessions from {r.snapshot} "
+          f"and {r.txns:,} txns of {r.logs} log file(s), in {time.monotonic() - started:.1f} s; "
+          f"zabd's state is at zxid {r.zxid:#x} ({zx.fmt(r.zxid)}), its next epoch above {r.epoch}")
+    for d in r.out:
+        print(f"  {d}")
+    return 0
+
+
+def export_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="zabd export-zookeeper",
+        description="write a zabd data directory's state as a ZooKeeper dataDir (version-2/snapshot.<zxid>, an "
+                    "empty log, the epoch files) that ZooKeeper 3.8 loads as its own")
+    p.add_argument("data_dir", metavar="ZABD_DATA_DIR", help="a stopped zabd server's data directory")
+    p.add_argument("--out", required=True, help="the ZooKeeper dataDir to write (must not exist, or be empty)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    args = p.parse_args(argv)
+    started = time.monotonic()
+    try:
+        r = export_zookeeper(args.data_dir, args.out, _progress(args.quiet))
+    except ZooKeeperExportError as exc:
+        _done(args.quiet)
+        print(f"zabd export-zookeeper: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        _done(args.quiet)
+        print(f"zabd export-zookeeper: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    _done(args.quiet)
+    print(f"exported {r.znodes:,} znodes and {r.sessions:,} sessions at zxid {r.zxid:#x} ({zx.fmt(r.zxid)}), "
+          f"epoch {r.epoch}, to {r.snapshot} in {time.monotonic() - started:.1f} s"
+          + (f"; {r.above_commit:,} of the {r.txns:,} logged txns replayed were above the commit point on record"
+             if r.above_commit else ""))
+    return 0

@@ -1,0 +1,248 @@
+"""``zabd import-zookeeper``: a ZooKeeper data directory as zabd's.
+
+As ZooKeeper's ``FileTxnSnapLog.restore`` does: the newest snapshot that
+reads whole (a damaged newer one is named and passed over, as ZooKeeper
+passes over it), then every logged txn after it in zxid order, applied by
+zabd's own tree with ZooKeeper's replay rules (a create over a fuzzy
+snapshot that already holds the node still moves its parent's cversion).
+The result is one zabd snapshot at ZooKeeper's last zxid, installed in each
+new data directory with the epoch files set so that zabd's next epoch is
+above ZooKeeper's: a client that saw ZooKeeper's last zxid is never in
+zabd's future.
+
+Sessions come along with their timeouts and the digest of the password
+ZooKeeper derived for them (``zookeeper_password``), so a ZooKeeper client
+can re-attach with its session id and password and keep its ephemerals; one
+that does not come back is expired by zabd's leader after its timeout, as
+ZooKeeper's would.
+
+Everything is written under a temporary name beside ``--out`` and renamed
+into place at the end: an error leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from zabd.kv.kvmachine import KVMachine
+from zabd.protocol import zxid as zx
+from zabd.storage.disk import DiskStorage
+from zabd.zk import datadir as zd
+from zabd.zk import txn as tx
+from zabd.zk.acl import READ_ACL_UNSAFE
+from zabd.zk.acl import to_wire as acls_wire
+from zabd.zk.records import CONTAINER_OWNER, TTL_OWNER_BASE
+from zabd.zk.sessions import password_digest, zookeeper_password
+from zabd.zk.tree import CONFIG_PATH, HEADER, DataTree
+
+Progress = Callable[[str], None]
+
+
+class ZooKeeperImportError(ValueError):
+    """Input that cannot be imported: the message names the file."""
+
+
+class ImportResult(NamedTuple):
+    snapshot: str
+    snapshot_zxid: int
+    txns: int  # log entries applied after the snapshot
+    logs: int  # log files read
+    zxid: int  # the zabd snapshot's zxid
+    epoch: int
+    znodes: int
+    sessions: int
+    skipped_snapshots: list[str]  # newer snapshots that did not read, each with why
+    out: list[str]  # the data directories written
+
+
+def _session_row(sid: int, timeout: int) -> tuple[int, int, bytes]:
+    return (sid, timeout, password_digest(zookeeper_password(sid)))
+
+
+def _config_row(row: tuple[str, bytes, Any, bool]) -> tuple[str, bytes, Any, bool]:
+    """``/zookeeper/config`` as zabd keeps it before a server sets it from its
+    own configuration (``DataTree.set_config``): ZooKeeper's holds
+    ZooKeeper's ensemble, which is not this one."""
+    pz, cv = HEADER.unpack_from(row[1])[2], HEADER.unpack_from(row[1])[6]
+    return (CONFIG_PATH, HEADER.pack(0, 0, pz, 0, 0, -1, cv, -1, 0), READ_ACL_UNSAFE, False)
+
+
+def load_snapshot(version_dir: str, progress: Progress) -> tuple[zd.ZkSnapshot | None, list[str]]:
+    """The newest snapshot that reads whole, and why each newer one did not."""
+    skipped: list[str] = []
+    for _, path in reversed(zd.list_files(version_dir, "snapshot")):
+        name = os.path.basename(path)
+
+        def step(done: int, total: int, name: str = name) -> None:
+            progress(f"reading {name}: {100 * done // max(total, 1)}%")
+
+        try:
+            return zd.read_snapshot(path, step), skipped
+        except zd.ZkFormatError as exc:
+            skipped.append(str(exc))
+            progress(f"skipping {name}: {exc}")
+    return None, skipped
+
+
+def _owner(kind: int, fields: tuple[Any, ...], session: int) -> int:
+    if kind in (zd.OP_CREATE, zd.OP_CREATE2):
+        return session if fields[3] else 0
+    if kind == zd.OP_CREATE_CONTAINER:
+        return CONTAINER_OWNER
+    ttl: int = fields[4]
+    return TTL_OWNER_BASE | ttl
+
+
+def _op(tree: DataTree, kind: int, fields: tuple[Any, ...], session: int, zxid: int) -> list[Any] | None:
+    """A ZooKeeper txn as zabd's (``zabd.zk.txn``: outcomes, as ZooKeeper's
+    are); None for what does not change zabd's tree."""
+    if kind in (zd.OP_CREATE, zd.OP_CREATE2, zd.OP_CREATE_TTL, zd.OP_CREATE_CONTAINER):
+        path, data, acl = fields[0], fields[1], fields[2]
+        pcv: int = fields[4] if kind in (zd.OP_CREATE, zd.OP_CREATE2) else fields[3]
+        if path in tree.nodes:
+            if kind == zd.OP_CREATE:  # ZooKeeper adjusts for create only (not create2, TTL, container)
+                tree.replayed_create_exists(path, pcv, zxid)
+            return None
+        if pcv == -1:  # a CreateTxnV0: one more than the parent's
+            parent = tree.nodes.get(path.rpartition("/")[0] or "/")
+            pcv = parent.cversion + 1 if parent is not None else 0
+        return [tx.T_CREATE, path, data, acls_wire(acl), _owner(kind, fields, session), pcv]
+    if kind in (zd.OP_DELETE, zd.OP_DELETE_CONTAINER):
+        return [tx.T_DELETE, fields[0]]
+    if kind == zd.OP_SET_DATA:
+        return [tx.T_SET_DATA, fields[0], fields[1], fields[2]]
+    if kind == zd.OP_SET_ACL:
+        return [tx.T_SET_ACL, fields[0], acls_wire(fields[1]), fields[2]]
+    if kind == zd.OP_CHECK:
+        return [tx.T_CHECK, fields[0]]
+    if kind == zd.OP_ERROR:
+        return [tx.T_ERROR, fields[0]]
+    return None  # a reconfig: /zookeeper/config is the new ensemble's
+
+
+def apply_txn(tree: DataTree, t: zd.ZkTxn) -> None:
+    """One ZooKeeper txn applied to ``tree`` as ZooKeeper's restore applies it."""
+    if t.type == zd.OP_CREATE_SESSION:
+        sid, timeout, secret = _session_row(t.session, t.ops[0][1][0])
+        payload = tx.encode(tx.T_CREATE_SESSION, t.time_ms, sid, timeout, secret)
+    elif t.type == zd.OP_CLOSE_SESSION:
+        payload = tx.encode(tx.T_CLOSE_SESSION, t.time_ms, t.session, list(t.ops[0][1][0]))
+    elif t.type == zd.OP_MULTI:
+        ops = []
+        for kind, fields in t.ops:
+            op = _op(tree, kind, fields, t.session, t.zxid)
+            if op is not None:
+                ops.append(op)
+        if not ops:
+            tree.applied = t.zxid
+            return
+        payload = tx.encode(tx.T_MULTI, t.time_ms, t.session, ops)
+    else:
+        kind, fields = t.ops[0]
+        op = _op(tree, kind, fields, t.session, t.zxid)
+        if op is None or op[0] in (tx.T_ERROR, tx.T_CHECK):
+            tree.applied = t.zxid
+            return
+        payload = tx.encode(op[0], t.time_ms, t.session, *op[1:])
+    try:
+        tree.apply(t.zxid, payload)
+    except ValueError as exc:
+        where = f"{t.file}: at byte {t.offset}: txn {zx.fmt(t.zxid)}"
+        raise ZooKeeperImportError(f"{where} does not apply: {exc}") from None
+
+
+def _follows(prev: int, z: int) -> bool:
+    """ZooKeeper's zxids count up by one within an epoch, and a new epoch's
+    first txn is its number 1 (the leader's NEWLEADER is number 0)."""
+    return z == prev + 1 or (zx.epoch_of(z) > zx.epoch_of(prev) and zx.counter_of(z) <= 1)
+
+
+def build_tree(data_dir: str, log_dir: str | None, progress: Progress) -> tuple[DataTree, ImportResult]:
+    version_dir = zd.find_version_dir(data_dir)
+    log_version_dir = zd.find_version_dir(log_dir) if log_dir else version_dir
+    if not os.path.isdir(version_dir):
+        raise ZooKeeperImportError(f"{data_dir}: not a directory")
+    snap, skipped = load_snapshot(version_dir, progress)
+    if snap is None:
+        if skipped:
+            raise ZooKeeperImportError(f"{version_dir}: no snapshot reads whole; the newest: {skipped[0]}")
+        raise ZooKeeperImportError(f"{version_dir}: no snapshot.<zxid> file: not a ZooKeeper data directory "
+                           "(give its dataDir, or the version-2 folder inside it)")
+    progress(f"building the tree: {len(snap.rows):,} znodes, {len(snap.sessions):,} sessions")
+    rows = [_config_row(r) if r[0] == CONFIG_PATH else r for r in snap.rows]
+    if not any(r[0] == CONFIG_PATH for r in rows) and any(r[0] == "/zookeeper" for r in rows):
+        rows.append(_config_row((CONFIG_PATH, HEADER.pack(0, 0, 0, 0, 0, -1, 0, -1, 0), (), False)))
+    try:
+        tree = DataTree.from_rows(rows, [_session_row(sid, t) for sid, t in snap.sessions.items()], snap.zxid)
+    except ValueError as exc:
+        raise ZooKeeperImportError(f"{snap.path}: {exc}") from None
+    del rows
+    logs = zd.logs_after(log_version_dir, snap.zxid)
+    applied = 0
+    last = snap.zxid
+    for n, path in enumerate(logs, 1):
+        progress(f"replaying {os.path.basename(path)} ({n}/{len(logs)}): {applied:,} txns so far")
+        for t in zd.read_log(path, last):
+            if not _follows(last, t.zxid):
+                raise ZooKeeperImportError(f"{path}: at byte {t.offset}: txn {zx.fmt(t.zxid)} follows {zx.fmt(last)}: "
+                                   "the txns between them are in no log here (a log file is missing)")
+            apply_txn(tree, t)
+            last = t.zxid
+            applied += 1
+    tree.applied = last
+    epochs = [zd.read_epoch_file(os.path.join(version_dir, name)) for name in ("currentEpoch", "acceptedEpoch")]
+    epoch = max([zx.epoch_of(last), *(e for e in epochs if e is not None)])
+    # A client may have seen zxid (epoch, 0) from a leader that wrote nothing yet
+    zxid = max(last, zx.make(epoch, 0))
+    return tree, ImportResult(snap.path, snap.zxid, applied, len(logs), zxid, epoch, len(tree.nodes),
+                              len(tree.sessions), skipped, [])
+
+
+async def _seed(data_dir: str, zxid: int, state: bytes, epoch: int) -> None:
+    storage = DiskStorage(data_dir)
+    storage.load()
+    try:
+        storage.install_snapshot(zxid, state, zxid)
+        storage.persist_epochs(epoch, 0, epoch)
+        await storage.flush()
+    finally:
+        storage.close()
+
+
+def import_zookeeper(data_dir: str, out: str, nodes: int | None, log_dir: str | None = None,
+                     progress: Progress = lambda _: None) -> ImportResult:
+    """Read ``data_dir`` (ZooKeeper's dataDir; ``log_dir``: its dataLogDir if
+    apart) and write ``out``: one zabd data directory, or with ``nodes``,
+    ``out/data1`` .. ``out/dataN`` (the layout of ``zabd cluster --dir``)."""
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ZooKeeperImportError(f"{out}: already exists and is not an empty directory (the import writes a new one)")
+    tree, result = build_tree(data_dir, log_dir, progress)
+    machine = KVMachine()
+    machine.zk = tree
+    machine.store.applied = result.zxid
+    tree.applied = result.zxid
+    progress(f"encoding zabd's snapshot at {zx.fmt(result.zxid)}")
+    state = machine.snapshot()
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}.importing-", dir=parent)
+    try:
+        names = [f"data{i}" for i in range(1, nodes + 1)] if nodes else [""]
+        first = os.path.join(tmp, names[0])
+        progress(f"writing {os.path.join(out, names[0])}")
+        asyncio.run(_seed(first, result.zxid, state, result.epoch))
+        for name in names[1:]:
+            progress(f"writing {os.path.join(out, name)}")
+            shutil.copytree(first, os.path.join(tmp, name))
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty: checked above
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result._replace(out=[os.path.join(out, n) if n else out for n in names])
