@@ -133,6 +133,9 @@ def apply_txn(tree: DataTree, t: zd.ZkTxn) -> None:
     elif t.type == zd.OP_CLOSE_SESSION:
         payload = tx.encode(tx.T_CLOSE_SESSION, t.time_ms, t.session, list(t.ops[0][1][0]))
     elif t.type == zd.OP_MULTI:
+        if any(kind == zd.OP_ERROR for kind, _ in t.ops):  # a multi that failed: nothing of it applies
+            tree.applied = t.zxid
+            return
         ops = []
         for kind, fields in t.ops:
             op = _op(tree, kind, fields, t.session, t.zxid)
