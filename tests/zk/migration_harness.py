@@ -143,6 +143,10 @@ class ZooKeeperEnsemble:
         if wipe and self.own_dirs:
             for i in self.ids:
                 shutil.rmtree(self.base / str(i), ignore_errors=True)
+        for i in self.ids if self.n > 1 else ():
+            myid = self.data_dir(i) / "myid"
+            if myid.exists() and myid.read_text().strip() != str(i):  # a copy of another server's dir
+                raise ValueError(f"{myid} says {myid.read_text().strip()!r}, expected server {i}")
         for i in self.ids:
             self.procs[i] = self._spawn(i)
         self.wait_serving(timeout)

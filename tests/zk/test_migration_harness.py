@@ -7,6 +7,7 @@ a difference, it is the migration's."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,8 @@ def test_workload_tree_survives_restart_snapshot_and_live_copy(tmp_path: Path) -
 @needs_zookeeper
 def test_backup_of_a_separate_log_dir_is_one_data_dir(tmp_path: Path) -> None:
     """dataLogDir apart from dataDir (as production often has it): the copy
-    puts the logs beside the snapshots, and ZooKeeper restores it as it is."""
+    puts the logs beside the snapshots, and ZooKeeper restores it as it is,
+    standalone or as an ensemble on copies of it."""
     with ensemble(tmp_path / "zk", 1, separate_log_dir=True) as zk:
         facts = run_workload(zk.hosts, bulk=20)
         try:
@@ -105,6 +107,15 @@ def test_backup_of_a_separate_log_dir_is_one_data_dir(tmp_path: Path) -> None:
     assert {"snapshot", "log"} <= copied
     with ensemble(tmp_path / "restore", 1, data_dirs=[backup]) as one:
         assert diff_trees(before, read_tree(one.hosts)) == []
+
+    # an ensemble on three copies of it (as of an export): each gets its myid
+    copies = [shutil.copytree(backup / "version-2", tmp_path / f"copy{i}" / "version-2").parent for i in (1, 2, 3)]
+    with ensemble(tmp_path / "restore3", 3, data_dirs=copies) as three:
+        assert diff_trees(before, read_tree(three.hosts)) == []
+    assert [(d / "myid").read_text() for d in copies] == ["1\n", "2\n", "3\n"]
+    (copies[0] / "myid").write_text("2\n")
+    with pytest.raises(ValueError, match="expected server 1"):
+        ZooKeeperEnsemble(tmp_path / "bad", 3, data_dirs=copies).start()
 
 
 OPEN = ((31, "world", "anyone"),)
