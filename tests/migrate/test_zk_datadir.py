@@ -23,6 +23,7 @@ from zabd.migrate.zk_import import ZooKeeperImportError, build_tree, import_zook
 from zabd.storage.disk import DiskStorage
 from zabd.storage.snapshot import newest_snapshot
 from zabd.zk import datadir as zd
+from zabd.zk.acl import OPEN_ACL_UNSAFE
 from zabd.zk.sessions import password_digest, password_matches, zookeeper_password
 from zabd.zk.tree import CONFIG_PATH, DataTree
 
@@ -197,3 +198,12 @@ def test_export_refuses_a_directory_a_server_holds(tmp_path: Path) -> None:
         storage.close()
     r = export_zookeeper(str(out), str(tmp_path / "zk"))
     assert r.znodes == 41 and os.path.exists(r.snapshot)
+
+
+def test_a_snapshot_row_with_a_path_zookeeper_never_makes_is_refused(tmp_path: Path) -> None:
+    nodes = [zd.ExportNode("/", b"", OPEN_ACL_UNSAFE, (0, 0, 0, 0, 0, 0, 0, 0, 0)),
+             zd.ExportNode("/a/", b"x", OPEN_ACL_UNSAFE, (1, 1, 1, 0, 0, 0, 0, 0, 0))]
+    path = tmp_path / "snapshot.1"
+    zd.write_snapshot(str(path), [], [OPEN_ACL_UNSAFE], nodes)
+    with pytest.raises(zd.ZkFormatError, match=r"snapshot.1: at byte \d+: node path '/a/': path must not end"):
+        zd.read_snapshot(str(path))

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any, NamedTuple
 
 from zabd.zk.acl import ACL, OPEN_ACL_UNSAFE, Id
+from zabd.zk.paths import problem as path_problem
 from zabd.zk.tree import HEADER
 
 SNAP_MAGIC = 0x5A4B534E  # "ZKSN"
@@ -309,6 +310,9 @@ def read_snapshot(path: str, progress: Any = None) -> ZkSnapshot:
         pos += n
         if node_path == "/":
             break
+        if node_path and path_problem(node_path) is not None:
+            # what ZooKeeper could never have created: refused, not served
+            raise ZkFormatError(path, at, f"node path {node_path!r}: {path_problem(node_path)}")
         if pos + 4 > size:
             raise ZkFormatError(path, pos, f"the file ends inside {node_path!r}'s data")
         (n,) = i32(buf, pos)
