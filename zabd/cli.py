@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                          "read a ZooKeeper data directory into new zabd data directories"),
     "export-zookeeper": ("zabd.migrate.cli", "export_main",
                          "write a zabd data directory as a ZooKeeper data directory ZooKeeper 3.8 loads"),
+    "mirror": ("zabd.migrate.cli", "mirror_main",
+               "follow a live ZooKeeper ensemble as an observer into new zabd data directories, then cut over"),
     "pipeline": ("zabd.pipeline.cli", "main", "Spark sweeps of simulated scenarios and audits of real logs"),
     "nemesis": ("zabd.nemesis.cli", "main", "Jepsen-style fault runs against real servers, checked"),
 }

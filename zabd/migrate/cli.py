@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from zabd.migrate.zk_export import ZooKeeperExportError, export_zookeeper
 from zabd.migrate.zk_import import ZooKeeperImportError, import_zookeeper
+from zabd.migrate.zk_mirror import MirrorError, mirror_zookeeper, parse_quorum, servers_from_zoo_cfg
 from zabd.protocol import zxid as zx
 from zabd.zk.datadir import ZkFormatError
 
@@ -98,4 +99,50 @@ def export_main(argv: list[str]) -> int:
           f"epoch {r.epoch}, to {r.snapshot} in {time.monotonic() - started:.1f} s"
           + (f"; {r.above_commit:,} of the {r.txns:,} logged txns replayed were above the commit point on record"
              if r.above_commit else ""))
+    return 0
+
+
+def mirror_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="zabd mirror",
+        description="follow a live ZooKeeper ensemble as an observer, writing every committed txn with ZooKeeper's "
+                    "zxid into new zabd data directories; stop ZooKeeper to cut over (with --cutover the mirror "
+                    "then exits by itself), and start zabd on the directories")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--zoo-cfg", help="a zoo.cfg of the ensemble: its server.N lines say where a leader listens")
+    where.add_argument("--quorum", help="host:quorumPort of each ZooKeeper server, comma-separated")
+    p.add_argument("--out", required=True, help="the zabd data directory to write (must not exist, or be empty)")
+    p.add_argument("--nodes", type=int, default=None, help="write OUT/data1..dataN, one per node of a new cluster")
+    p.add_argument("--observer-id", type=int, default=4242,
+                   help="the server id the mirror gives ZooKeeper's leader (default 4242; not one of the ensemble's)")
+    p.add_argument("--cutover", action="store_true",
+                   help="exit once ZooKeeper has had no leader for --cutover-grace seconds after being followed")
+    p.add_argument("--cutover-grace", type=float, default=5.0, help="seconds without a leader that mean ZooKeeper "
+                   "was stopped, not electing (default 5)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    args = p.parse_args(argv)
+    if args.nodes is not None and not 1 <= args.nodes <= 7:
+        print(f"zabd mirror: --nodes {args.nodes}: expected 1 to 7", file=sys.stderr)
+        return 2
+    if args.cutover_grace <= 0:
+        print(f"zabd mirror: --cutover-grace {args.cutover_grace}: expected seconds > 0", file=sys.stderr)
+        return 2
+    say = _progress(args.quiet)
+    try:
+        servers = servers_from_zoo_cfg(args.zoo_cfg) if args.zoo_cfg else parse_quorum(args.quorum)
+        r = mirror_zookeeper(servers, args.out, args.nodes, args.observer_id,
+                             args.cutover_grace if args.cutover else None, say)
+    except (MirrorError, ZkFormatError) as exc:
+        _done(args.quiet)
+        print(f"zabd mirror: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        _done(args.quiet)
+        print(f"zabd mirror: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    _done(args.quiet)
+    print(f"mirrored up to zxid {r.zxid:#x} ({zx.fmt(r.zxid)}), epoch {r.epoch}: {r.znodes:,} znodes, "
+          f"{r.sessions:,} sessions, {r.txns:,} txns in {r.syncs} sync(s)")
+    for d in r.out:
+        print(f"  {d}")
     return 0

@@ -64,7 +64,7 @@ def _session_row(sid: int, timeout: int) -> tuple[int, int, bytes]:
     return (sid, timeout, password_digest(zookeeper_password(sid)))
 
 
-def _config_row(row: tuple[str, bytes, Any, bool]) -> tuple[str, bytes, Any, bool]:
+def config_row(row: tuple[str, bytes, Any, bool]) -> tuple[str, bytes, Any, bool]:
     """``/zookeeper/config`` as zabd keeps it before a server sets it from its
     own configuration (``DataTree.set_config``): ZooKeeper's holds
     ZooKeeper's ensemble, which is not this one."""
@@ -125,38 +125,42 @@ def _op(tree: DataTree, kind: int, fields: tuple[Any, ...], session: int, zxid: 
     return None  # a reconfig: /zookeeper/config is the new ensemble's
 
 
-def apply_txn(tree: DataTree, t: zd.ZkTxn) -> None:
-    """One ZooKeeper txn applied to ``tree`` as ZooKeeper's restore applies it."""
+def zabd_payload(tree: DataTree, t: zd.ZkTxn) -> bytes:
+    """ZooKeeper's txn ``t`` as zabd's, to apply to ``tree`` next (which it
+    reads for ZooKeeper's replay rules, and for a fuzzy snapshot's create
+    adjusts). A txn that changes nothing here (an error, a failed multi, a
+    reconfig of ZooKeeper's own ensemble) is an error txn: the tree applies
+    it as nothing, and a log that holds it keeps ZooKeeper's zxids whole."""
     if t.type == zd.OP_CREATE_SESSION:
         sid, timeout, secret = _session_row(t.session, t.ops[0][1][0])
-        payload = tx.encode(tx.T_CREATE_SESSION, t.time_ms, sid, timeout, secret)
-    elif t.type == zd.OP_CLOSE_SESSION:
-        payload = tx.encode(tx.T_CLOSE_SESSION, t.time_ms, t.session, list(t.ops[0][1][0]))
-    elif t.type == zd.OP_MULTI:
-        if any(kind == zd.OP_ERROR for kind, _ in t.ops):  # a multi that failed: nothing of it applies
-            tree.applied = t.zxid
-            return
-        ops = []
-        for kind, fields in t.ops:
-            op = _op(tree, kind, fields, t.session, t.zxid)
-            if op is not None:
-                ops.append(op)
+        return tx.encode(tx.T_CREATE_SESSION, t.time_ms, sid, timeout, secret)
+    if t.type == zd.OP_CLOSE_SESSION:
+        return tx.encode(tx.T_CLOSE_SESSION, t.time_ms, t.session, list(t.ops[0][1][0]))
+    if t.type == zd.OP_MULTI:
+        failed = [fields[0] for kind, fields in t.ops if kind == zd.OP_ERROR and fields[0] != 0]
+        if failed or any(kind == zd.OP_ERROR for kind, _ in t.ops):  # a multi that failed: nothing applies
+            return tx.encode(tx.T_ERROR, t.time_ms, t.session, failed[0] if failed else 0)
+        ops = [op for kind, fields in t.ops if (op := _op(tree, kind, fields, t.session, t.zxid)) is not None]
         if not ops:
-            tree.applied = t.zxid
-            return
-        payload = tx.encode(tx.T_MULTI, t.time_ms, t.session, ops)
-    else:
-        kind, fields = t.ops[0]
-        op = _op(tree, kind, fields, t.session, t.zxid)
-        if op is None or op[0] in (tx.T_ERROR, tx.T_CHECK):
-            tree.applied = t.zxid
-            return
-        payload = tx.encode(op[0], t.time_ms, t.session, *op[1:])
+            return tx.encode(tx.T_ERROR, t.time_ms, t.session, 0)
+        return tx.encode(tx.T_MULTI, t.time_ms, t.session, ops)
+    kind, fields = t.ops[0]
+    op = _op(tree, kind, fields, t.session, t.zxid)
+    if op is None:
+        return tx.encode(tx.T_ERROR, t.time_ms, t.session, 0)
+    return tx.encode(op[0], t.time_ms, t.session, *op[1:])
+
+
+def apply_txn(tree: DataTree, t: zd.ZkTxn) -> bytes:
+    """One ZooKeeper txn applied to ``tree`` as ZooKeeper's restore applies
+    it; returns zabd's form of it (for a log)."""
+    payload = zabd_payload(tree, t)
     try:
         tree.apply(t.zxid, payload)
     except ValueError as exc:
         where = f"{t.file}: at byte {t.offset}: txn {zx.fmt(t.zxid)}"
         raise ZooKeeperImportError(f"{where} does not apply: {exc}") from None
+    return payload
 
 
 def _follows(prev: int, z: int) -> bool:
@@ -177,9 +181,9 @@ def build_tree(data_dir: str, log_dir: str | None, progress: Progress) -> tuple[
         raise ZooKeeperImportError(f"{version_dir}: no snapshot.<zxid> file: not a ZooKeeper data directory "
                            "(give its dataDir, or the version-2 folder inside it)")
     progress(f"building the tree: {len(snap.rows):,} znodes, {len(snap.sessions):,} sessions")
-    rows = [_config_row(r) if r[0] == CONFIG_PATH else r for r in snap.rows]
+    rows = [config_row(r) if r[0] == CONFIG_PATH else r for r in snap.rows]
     if not any(r[0] == CONFIG_PATH for r in rows) and any(r[0] == "/zookeeper" for r in rows):
-        rows.append(_config_row((CONFIG_PATH, HEADER.pack(0, 0, 0, 0, 0, -1, 0, -1, 0), (), False)))
+        rows.append(config_row((CONFIG_PATH, HEADER.pack(0, 0, 0, 0, 0, -1, 0, -1, 0), (), False)))
     try:
         tree = DataTree.from_rows(rows, [_session_row(sid, t) for sid, t in snap.sessions.items()], snap.zxid)
     except ValueError as exc:

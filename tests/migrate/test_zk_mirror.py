@@ -1,0 +1,131 @@
+"""``zabd mirror`` follows a live ZooKeeper 3.8 ensemble as an observer and
+cuts over (issue 40's moonshot), on real processes: a 3-node ZooKeeper under
+the harness's workload, the mirror joining after it (a SNAP or DIFF of what
+is there), writes while it follows (INFORMs), a SIGKILL of ZooKeeper's leader
+(the mirror finds the new one and syncs again), then ZooKeeper stopped: the
+mirror exits by itself, a zabd cluster starts on its directories and serves
+ZooKeeper's tree field for field, and a client whose connect string lists
+both ensembles is on zabd with the session it had on ZooKeeper."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from kazoo.client import KazooState
+
+from tests.server.real_zk import needs_zookeeper
+from tests.zk.migration_harness import (
+    SUPER_PASSWORD,
+    SUPER_USER,
+    WorkloadFacts,
+    ZooKeeperEnsemble,
+    close,
+    connect,
+    diff_trees,
+    read_tree,
+    run_workload,
+)
+from zabd.client.spawn import LocalCluster
+from zabd.zk.acl import digest_id
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 120.0
+
+
+class MirrorProcess:
+    """``zabd mirror`` as a child, its progress lines read as they come."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "zabd", "mirror", *args], cwd=ROOT, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, text: str, count: int = 1) -> None:
+        """Until ``count`` progress lines contain ``text``."""
+        while sum(text in s for s in self.seen) < count:
+            try:
+                self.seen.append(self.lines.get(timeout=WAIT_S))
+            except queue.Empty:
+                raise AssertionError(f"no {text!r} from the mirror in {WAIT_S} s: {self.seen[-10:]}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@needs_zookeeper
+def test_mirror_follows_zookeeper_through_a_leader_kill_and_cuts_over(tmp_path: Path) -> None:
+    zk = ZooKeeperEnsemble(tmp_path / "zk", 3)
+    out = tmp_path / "zabd"
+    zabd = LocalCluster(3, storage="disk", base_dir=out,
+                        extra={"zk_super_digest": digest_id(SUPER_USER, SUPER_PASSWORD)})  # ports only, for now
+    facts: WorkloadFacts | None = None
+    mirror: MirrorProcess | None = None
+    try:
+        zk.start()
+        facts = run_workload(zk.hosts, bulk=60)  # before the mirror: it gets them in its first sync
+        quorum = ",".join(f"127.0.0.1:{zk.quorum_ports[i]}" for i in zk.ids)
+        mirror = MirrorProcess(["--quorum", quorum, "--out", str(out), "--nodes", "3", "--cutover",
+                                "--cutover-grace", "3"])
+        mirror.wait_for("in sync at")
+        # a client that will move: ZooKeeper's servers and zabd's in one connect string
+        mover = connect(f"{zk.hosts},{zabd.zk_hosts}")
+        session = mover.client_id[0]
+        mover.create("/moving/eph", b"mine", ephemeral=True, makepath=True)
+        writer = connect(zk.hosts)
+        for i in range(50):  # informed one by one
+            writer.create(f"/after/n{i}", str(i).encode(), makepath=True)
+            writer.set(f"/after/n{i}", b"v2")
+        t = writer.transaction()
+        t.create("/after/multi", b"m")
+        t.delete("/after/n0")
+        t.commit()
+
+        old = zk.leader()
+        zk.kill(old)  # the mirror loses its leader mid-stream and syncs with the next one
+        mirror.wait_for("in sync at", 2)
+        for i in range(50, 80):
+            writer.set(f"/after/n{i - 40}", b"v3")
+            writer.create(f"/after/n{i}", b"late")
+        close(writer)
+        before = read_tree(zk.hosts)
+
+        moved = threading.Event()
+        mover.add_listener(lambda state: moved.set() if state == KazooState.CONNECTED else None)
+        zk.stop()
+        assert mirror.proc.wait(timeout=WAIT_S) == 0, mirror.seen[-5:]
+        assert mirror.proc.stdout is not None
+        summary = mirror.proc.stdout.read()
+        assert "mirrored up to zxid" in summary
+        moved.clear()
+        zabd.start()
+        asyncio.run(zabd.wait_leader(timeout=60))
+        assert diff_trees(before, read_tree(zabd.zk_hosts)) == []
+        assert moved.wait(WAIT_S) and mover.client_id[0] == session  # the same session, now on zabd
+        stat = mover.exists("/moving/eph")
+        assert stat is not None and stat.ephemeralOwner == session
+        mover.set("/moving/eph", b"written on zabd")  # and zabd takes writes as an ensemble of its own
+        assert mover.get("/moving/eph")[0] == b"written on zabd"
+        close(mover)
+    finally:
+        if mirror is not None:
+            mirror.stop()
+        if facts is not None:
+            for s in facts.live:
+                s.client.stop()
+                s.client.close()
+        zk.stop()
+        zabd.stop()
