@@ -31,10 +31,27 @@ from tests.zk.migration_harness import (
     run_workload,
 )
 from zabd.client.spawn import LocalCluster
+from zabd.kv.replay import Replay
+from zabd.migrate.zk_import import build_tree
+from zabd.storage.snapshot import newest_snapshot
+from zabd.storage.txnlog import iter_records
 from zabd.zk.acl import digest_id
+from zabd.zk.tree import DataTree
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 120.0
+
+
+def mirrored_tree(data_dir: Path, upto: int) -> tuple[DataTree, int]:
+    """The mirror's tree at ``upto`` from its own directory, as a zabd node
+    restarts: its snapshot, then its log; and the snapshot's zxid."""
+    snap = newest_snapshot(str(data_dir / "snap"))
+    assert snap is not None
+    replay = Replay(snap.data)
+    for r in iter_records(str(data_dir)):
+        if snap.zxid < r.zxid <= upto:
+            assert replay.apply(r.zxid, r.payload) is None
+    return replay.tree, snap.zxid
 
 
 class MirrorProcess:
@@ -110,6 +127,22 @@ def test_mirror_follows_zookeeper_through_a_leader_kill_and_cuts_over(tmp_path: 
         assert mirror.proc.stdout is not None
         summary = mirror.proc.stdout.read()
         assert "mirrored up to zxid" in summary
+        # the mirror's own log against ZooKeeper's at every snapshot ZooKeeper took while it followed.
+        # A ZooKeeper snapshot is fuzzy (taken while txns apply, it may hold some after its zxid), so
+        # each is replayed with ZooKeeper's logs up to the next snapshot's zxid (the last one's: to the
+        # end), and the mirror's directory at that zxid has the same digest (data, Stat, ACLs, sessions)
+        survivor = next(i for i in zk.ids if i != old)
+        points = [int(p.name.split(".")[1], 16) for p in zk.files(survivor, "snapshot")]
+        _, first = mirrored_tree(out / "data1", 0)
+        checked = 0
+        for z, upto in zip(points, [*points[1:], None], strict=True):
+            if z < first:
+                continue
+            theirs, _ = build_tree(str(zk.data_dir(survivor)), None, lambda _: None, snapshot_at=z, upto=upto)
+            ours, _ = mirrored_tree(out / "data1", theirs.applied)
+            assert (ours.digest, ours.applied) == (theirs.digest, theirs.applied), hex(z)
+            checked += 1
+        assert checked >= 2
         moved.clear()
         zabd.start()
         asyncio.run(zabd.wait_leader(timeout=60))

@@ -72,10 +72,14 @@ def config_row(row: tuple[str, bytes, Any, bool]) -> tuple[str, bytes, Any, bool
     return (CONFIG_PATH, HEADER.pack(0, 0, pz, 0, 0, -1, cv, -1, 0), READ_ACL_UNSAFE, False)
 
 
-def load_snapshot(version_dir: str, progress: Progress) -> tuple[zd.ZkSnapshot | None, list[str]]:
-    """The newest snapshot that reads whole, and why each newer one did not."""
+def load_snapshot(version_dir: str, progress: Progress,
+                  at_most: int | None = None) -> tuple[zd.ZkSnapshot | None, list[str]]:
+    """The newest snapshot (at or below zxid ``at_most``) that reads whole,
+    and why each newer one did not."""
     skipped: list[str] = []
-    for _, path in reversed(zd.list_files(version_dir, "snapshot")):
+    for z, path in reversed(zd.list_files(version_dir, "snapshot")):
+        if at_most is not None and z > at_most:
+            continue
         name = os.path.basename(path)
 
         def step(done: int, total: int, name: str = name) -> None:
@@ -169,17 +173,20 @@ def _follows(prev: int, z: int) -> bool:
     return z == prev + 1 or (zx.epoch_of(z) > zx.epoch_of(prev) and zx.counter_of(z) <= 1)
 
 
-def build_tree(data_dir: str, log_dir: str | None, progress: Progress) -> tuple[DataTree, ImportResult]:
+def build_tree(data_dir: str, log_dir: str | None, progress: Progress, *, snapshot_at: int | None = None,
+               upto: int | None = None) -> tuple[DataTree, ImportResult]:
+    """ZooKeeper's tree as its restore builds it: the newest snapshot (at or
+    below ``snapshot_at``) and the logged txns after it (up to ``upto``)."""
     version_dir = zd.find_version_dir(data_dir)
     log_version_dir = zd.find_version_dir(log_dir) if log_dir else version_dir
     if not os.path.isdir(version_dir):
         raise ZooKeeperImportError(f"{data_dir}: not a directory")
-    snap, skipped = load_snapshot(version_dir, progress)
+    snap, skipped = load_snapshot(version_dir, progress, snapshot_at)
     if snap is None:
         if skipped:
             raise ZooKeeperImportError(f"{version_dir}: no snapshot reads whole; the newest: {skipped[0]}")
         raise ZooKeeperImportError(f"{version_dir}: no snapshot.<zxid> file: not a ZooKeeper data directory "
-                           "(give its dataDir, or the version-2 folder inside it)")
+                                   "(give its dataDir, or the version-2 folder inside it)")
     progress(f"building the tree: {len(snap.rows):,} znodes, {len(snap.sessions):,} sessions")
     rows = [config_row(r) if r[0] == CONFIG_PATH else r for r in snap.rows]
     if not any(r[0] == CONFIG_PATH for r in rows) and any(r[0] == "/zookeeper" for r in rows):
@@ -195,9 +202,12 @@ def build_tree(data_dir: str, log_dir: str | None, progress: Progress) -> tuple[
     for n, path in enumerate(logs, 1):
         progress(f"replaying {os.path.basename(path)} ({n}/{len(logs)}): {applied:,} txns so far")
         for t in zd.read_log(path, last):
+            if upto is not None and t.zxid > upto:
+                break
             if not _follows(last, t.zxid):
-                raise ZooKeeperImportError(f"{path}: at byte {t.offset}: txn {zx.fmt(t.zxid)} follows {zx.fmt(last)}: "
-                                   "the txns between them are in no log here (a log file is missing)")
+                raise ZooKeeperImportError(f"{path}: at byte {t.offset}: txn {zx.fmt(t.zxid)} follows "
+                                           f"{zx.fmt(last)}: the txns between them are in no log here (a log file "
+                                           "is missing)")
             apply_txn(tree, t)
             last = t.zxid
             applied += 1
