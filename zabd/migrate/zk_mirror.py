@@ -48,6 +48,7 @@ from zabd.zk.tree import CONFIG_PATH, DataTree
 Progress = Callable[[str], None]
 CONNECT_TIMEOUT_S = 2.0
 READ_SIZE = 1 << 20
+REFUSALS = 5
 
 
 class MirrorError(ValueError):
@@ -151,6 +152,7 @@ class Mirror:
         self.syncs = 0
         self.leader = ""
         self._said = 0.0
+        self.refusals = 0  # links closed before LEADERINFO, in a row
 
     def _apply(self, t: zd.ZkTxn, logged: bool) -> None:
         if t.zxid <= self.last_zxid:
@@ -209,6 +211,14 @@ class Mirror:
         while True:
             data = await reader.read(READ_SIZE)
             if not data:
+                if new_epoch:
+                    self.refusals = 0
+                    return
+                # closed before it said LEADERINFO: not taken as an observer
+                self.refusals += 1
+                if self.refusals >= REFUSALS:
+                    raise MirrorError(f"{self.leader}: the leader closed the link {REFUSALS} times before its "
+                                      "LEADERINFO: quorum SASL or TLS (sslQuorum) in use? the mirror speaks neither")
                 return
             try:
                 events = wire.feed(data)
