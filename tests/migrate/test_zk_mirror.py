@@ -33,6 +33,7 @@ from tests.zk.migration_harness import (
 from zabd.client.spawn import LocalCluster
 from zabd.kv.replay import Replay
 from zabd.migrate.zk_import import build_tree
+from zabd.migrate.zk_mirror import Mirror, Stores
 from zabd.storage.snapshot import newest_snapshot
 from zabd.storage.txnlog import iter_records
 from zabd.zk.acl import digest_id
@@ -162,3 +163,24 @@ def test_mirror_follows_zookeeper_through_a_leader_kill_and_cuts_over(tmp_path: 
                 s.client.close()
         zk.stop()
         zabd.stop()
+
+
+def test_finish_from_takes_what_zookeeper_logged_after_the_mirrors_last_txn(tmp_path: Path) -> None:
+    """The window a stopped leader leaves (a txn committed, its INFORM never
+    sent), closed from a ZooKeeper dataDir written by ZooKeeper 3.8 itself."""
+    src = str(Path(__file__).resolve().parents[1] / "data" / "zk38_datadirs" / "plain")
+    whole, _ = build_tree(src, None, lambda _: None)
+    held, _ = build_tree(src, None, lambda _: None, upto=whole.applied - 5)
+    stores = Stores([str(tmp_path / "d")])
+    try:
+        mirror = Mirror([], stores, 4242, lambda _: None)
+        mirror.tree, mirror.last_zxid = held, held.applied
+        mirror.install(0)
+        mirror.finish_from([src])
+        asyncio.run(stores.flush())
+    finally:
+        stores.close()
+    assert mirror.finished == 5 and mirror.last_zxid == whole.applied
+    assert mirror.tree.digest == whole.digest
+    ours, _ = mirrored_tree(tmp_path / "d", whole.applied)  # and the directory holds them, as a restart reads it
+    assert ours.digest == whole.digest

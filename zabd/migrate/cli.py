@@ -119,6 +119,10 @@ def mirror_main(argv: list[str]) -> int:
                    help="exit once ZooKeeper has had no leader for --cutover-grace seconds after being followed")
     p.add_argument("--cutover-grace", type=float, default=5.0, help="seconds without a leader that mean ZooKeeper "
                    "was stopped, not electing (default 5)")
+    p.add_argument("--finish-from", action="append", default=[], metavar="ZK_DATA_DIR",
+                   help="after ZooKeeper stopped, take the txns its servers logged after the mirror's last from "
+                        "these dataDirs (repeatable; the one that logged most is used): closes the window of a "
+                        "txn committed as the leader stopped, before it informed the mirror")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
     if args.nodes is not None and not 1 <= args.nodes <= 7:
@@ -131,7 +135,7 @@ def mirror_main(argv: list[str]) -> int:
     try:
         servers = servers_from_zoo_cfg(args.zoo_cfg) if args.zoo_cfg else parse_quorum(args.quorum)
         r = mirror_zookeeper(servers, args.out, args.nodes, args.observer_id,
-                             args.cutover_grace if args.cutover else None, say)
+                             args.cutover_grace if args.cutover else None, args.finish_from, say)
     except (MirrorError, ZkFormatError) as exc:
         _done(args.quiet)
         print(f"zabd mirror: {exc}", file=sys.stderr)
@@ -143,6 +147,20 @@ def mirror_main(argv: list[str]) -> int:
     _done(args.quiet)
     print(f"mirrored up to zxid {r.zxid:#x} ({zx.fmt(r.zxid)}), epoch {r.epoch}: {r.znodes:,} znodes, "
           f"{r.sessions:,} sessions, {r.txns:,} txns in {r.syncs} sync(s)")
+    if r.finished:
+        print(f"  {r.finished} txn(s) were taken from ZooKeeper's logs (--finish-from)")
+    if r.leader_proposed > r.zxid:
+        print(f"zabd mirror: warning: ZooKeeper's leader had proposed up to {r.leader_proposed:#x} "
+              f"({zx.fmt(r.leader_proposed)}); the mirror holds {r.zxid:#x}. Txns after it may have committed "
+              "without reaching the mirror; the stopped servers' logs hold them: import-zookeeper a server's "
+              "dataDir instead, or mirror with --finish-from", file=sys.stderr)
+    if r.finished:
+        print(f"  {r.finished} txn(s) were taken from ZooKeeper's logs (--finish-from)")
+    if r.leader_proposed > r.zxid:
+        print(f"zabd mirror: warning: ZooKeeper's leader had proposed up to {r.leader_proposed:#x} "
+              f"({zx.fmt(r.leader_proposed)}); the mirror holds {r.zxid:#x}. Txns after it may have committed "
+              "without reaching the mirror; the stopped servers' logs hold them: import-zookeeper a server's "
+              "dataDir instead, or mirror with --finish-from", file=sys.stderr)
     for d in r.out:
         print(f"  {d}")
     return 0

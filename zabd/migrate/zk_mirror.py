@@ -58,6 +58,8 @@ class MirrorError(ValueError):
 class MirrorResult(NamedTuple):
     zxid: int  # the last txn held
     epoch: int
+    leader_proposed: int  # the last zxid a leader's PING said it had proposed
+    finished: int  # txns taken from ZooKeeper's own logs after the leader was gone (--finish-from)
     txns: int  # txns applied since the start
     syncs: int  # times the mirror synced with a leader
     znodes: int
@@ -153,6 +155,8 @@ class Mirror:
         self.leader = ""
         self._said = 0.0
         self.refusals = 0  # links closed before LEADERINFO, in a row
+        self.leader_proposed = 0  # a leader's PING carries the last zxid it proposed
+        self.finished = 0
 
     def _apply(self, t: zd.ZkTxn, logged: bool) -> None:
         if t.zxid <= self.last_zxid:
@@ -176,7 +180,8 @@ class Mirror:
         self.last_zxid = zxid
         self.installed = False
 
-    def _install(self, epoch: int) -> None:
+    def install(self, epoch: int) -> None:
+        """The tree as it stands, as every directory's snapshot."""
         machine = KVMachine()
         machine.zk = self.tree
         machine.store.applied = self.last_zxid
@@ -231,6 +236,7 @@ class Mirror:
                     continue
                 kind, zxid, body = ev
                 if kind == qw.PING:
+                    self.leader_proposed = max(self.leader_proposed, zxid)
                     writer.write(qw.packet(qw.PING, zxid, b""))  # no sessions of its own to report
                 elif kind in (qw.INFORM, qw.INFORM_AND_ACTIVATE):
                     raw = body or b""
@@ -266,7 +272,7 @@ class Mirror:
                     # the sync is over: the state is durable before the leader hears so
                     self.current_epoch = new_epoch
                     if not self.installed:
-                        self._install(new_epoch)
+                        self.install(new_epoch)
                     else:
                         self.stores.epoch(new_epoch)
                     await self.stores.flush()
@@ -319,8 +325,37 @@ class Mirror:
             self.progress(f"the link to {self.leader} closed at {zx.fmt(self.last_zxid)}")
 
 
+    def finish_from(self, data_dirs: list[str]) -> None:
+        """After ZooKeeper stopped: the txns its servers logged after the
+        last one the mirror holds, from the dataDir that logged the most,
+        appended as ZooKeeper's own restart would replay them. A leader
+        stopped with a txn committed (its client answered) whose INFORM it
+        had not yet sent would otherwise be missing here."""
+        best: list[zd.ZkTxn] = []
+        for d in data_dirs:
+            version_dir = zd.find_version_dir(d)
+            if not os.path.isdir(version_dir):
+                raise MirrorError(f"--finish-from {d}: not a directory")
+            txns = [t for path in zd.logs_after(version_dir, self.last_zxid) for t in zd.read_log(path, self.last_zxid)]
+            if txns and (not best or txns[-1].zxid > best[-1].zxid):
+                best = txns
+        last = self.last_zxid
+        for t in best:
+            if t.zxid <= last:
+                continue
+            if not (t.zxid == last + 1 or (zx.epoch_of(t.zxid) > zx.epoch_of(last) and zx.counter_of(t.zxid) <= 1)):
+                raise MirrorError(f"{t.file}: at byte {t.offset}: txn {zx.fmt(t.zxid)} follows {zx.fmt(last)}: "
+                                  "this dataDir lacks the txns between them")
+            self._apply(t, True)
+            last = t.zxid
+            self.finished += 1
+        if self.finished:
+            self.progress(f"took {self.finished} txn(s) after the leader's last INFORM from ZooKeeper's logs, "
+                          f"up to {zx.fmt(self.last_zxid)}")
+
+
 async def _main(servers: list[tuple[str, int]], dirs: list[str], observer_id: int, cutover_grace: float | None,
-                progress: Progress) -> Mirror:
+                finish_from: list[str], progress: Progress) -> Mirror:
     stores = Stores(dirs)
     mirror = Mirror(servers, stores, observer_id, progress)
     stop = asyncio.Event()
@@ -329,6 +364,8 @@ async def _main(servers: list[tuple[str, int]], dirs: list[str], observer_id: in
         loop.add_signal_handler(sig, stop.set)
     try:
         await mirror.run(cutover_grace, stop)
+        if finish_from and mirror.installed:
+            mirror.finish_from(finish_from)
         await stores.flush()
     finally:
         stores.close()
@@ -336,14 +373,16 @@ async def _main(servers: list[tuple[str, int]], dirs: list[str], observer_id: in
 
 
 def mirror_zookeeper(servers: list[tuple[str, int]], out: str, nodes: int | None, observer_id: int,
-                     cutover_grace: float | None, progress: Progress = lambda _: None) -> MirrorResult:
+                     cutover_grace: float | None, finish_from: list[str] | None = None,
+                     progress: Progress = lambda _: None) -> MirrorResult:
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise MirrorError(f"{out}: already exists and is not an empty directory (the mirror writes a new one)")
     names = [f"data{i}" for i in range(1, nodes + 1)] if nodes else [""]
     dirs = [os.path.join(out, n) if n else out for n in names]
-    mirror = asyncio.run(_main(servers, dirs, observer_id, cutover_grace, progress))
+    mirror = asyncio.run(_main(servers, dirs, observer_id, cutover_grace, finish_from or [], progress))
     if not mirror.installed:
         raise MirrorError(f"{out}: the mirror never completed a sync with a ZooKeeper leader; the directories are "
                           "not a usable state (remove them)")
-    return MirrorResult(mirror.last_zxid, mirror.current_epoch, mirror.txns, mirror.syncs, len(mirror.tree.nodes),
+    return MirrorResult(mirror.last_zxid, mirror.current_epoch, mirror.leader_proposed, mirror.finished,
+                        mirror.txns, mirror.syncs, len(mirror.tree.nodes),
                         len(mirror.tree.sessions), dirs)
