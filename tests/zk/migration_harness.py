@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.interfaces import IAsyncResult
@@ -39,6 +39,7 @@ from bench.zkcluster import JARS, mode
 from scripts.record_zk38_semantics import CONTAINER, PSEQTTL, PTTL, Raw, build_request, create
 from zabd.client.spawn import free_ports
 from zabd.zk.acl import digest_id
+from zabd.zk.records import Stat  # ZooKeeper's 11 fields, in its order and with its names
 
 START_TIMEOUT_S = 120.0  # three JVMs starting on a busy 2-core box
 STOP_GRACE_S = 15.0  # SIGTERM, then SIGKILL
@@ -555,21 +556,6 @@ def run_workload(hosts: str, bulk: int = 150, deadline_s: float = 120.0) -> Work
 
 
 # ---------------------------------------------------------------- reading and comparing
-
-class Stat(NamedTuple):
-    """ZooKeeper's Stat, the 11 fields in its order and with its names."""
-    czxid: int
-    mzxid: int
-    ctime: int
-    mtime: int
-    version: int
-    cversion: int
-    aversion: int
-    ephemeralOwner: int
-    dataLength: int
-    numChildren: int
-    pzxid: int
-
 
 AclEntry = tuple[int, str, str]  # perms, scheme, id
 

@@ -6,12 +6,15 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from zabd.migrate.zk_export import ZooKeeperExportError, export_zookeeper
 from zabd.migrate.zk_import import ZooKeeperImportError, import_zookeeper
-from zabd.migrate.zk_mirror import MirrorError, mirror_zookeeper, parse_quorum, servers_from_zoo_cfg
+from zabd.migrate.zk_mirror import MirrorError, MirrorResult, mirror_zookeeper, parse_quorum, servers_from_zoo_cfg
 from zabd.protocol import zxid as zx
 from zabd.zk.datadir import ZkFormatError
+
+T = TypeVar("T")
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
@@ -37,6 +40,19 @@ def _done(quiet: bool) -> None:
         sys.stderr.write("\n")
 
 
+def _attempt(prog: str, quiet: bool, errors: tuple[type[Exception], ...], call: Callable[[], T]) -> T | None:
+    """``call()``, or None with one line on stderr for a user's mistake or a
+    damaged input (``errors``) and for what the file system refused."""
+    try:
+        return call()
+    except errors as exc:
+        print(("\n" if not quiet and sys.stderr.isatty() else "") + f"{prog}: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(("\n" if not quiet and sys.stderr.isatty() else "") + f"{prog}: {exc.filename or ''}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+    return None
+
+
 def import_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="zabd import-zookeeper",
@@ -53,15 +69,9 @@ def import_main(argv: list[str]) -> int:
         print(f"zabd import-zookeeper: --nodes {args.nodes}: expected 1 to 7", file=sys.stderr)
         return 2
     started = time.monotonic()
-    try:
-        r = import_zookeeper(args.data_dir, args.out, args.nodes, args.log_dir, _progress(args.quiet))
-    except (ZooKeeperImportError, ZkFormatError) as exc:
-        _done(args.quiet)
-        print(f"zabd import-zookeeper: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        _done(args.quiet)
-        print(f"zabd import-zookeeper: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+    r = _attempt("zabd import-zookeeper", args.quiet, (ZooKeeperImportError, ZkFormatError),
+                 lambda: import_zookeeper(args.data_dir, args.out, args.nodes, args.log_dir, _progress(args.quiet)))
+    if r is None:
         return 1
     _done(args.quiet)
     for s in r.skipped_snapshots:
@@ -84,15 +94,9 @@ def export_main(argv: list[str]) -> int:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
     started = time.monotonic()
-    try:
-        r = export_zookeeper(args.data_dir, args.out, _progress(args.quiet))
-    except ZooKeeperExportError as exc:
-        _done(args.quiet)
-        print(f"zabd export-zookeeper: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        _done(args.quiet)
-        print(f"zabd export-zookeeper: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+    r = _attempt("zabd export-zookeeper", args.quiet, (ZooKeeperExportError,),
+                 lambda: export_zookeeper(args.data_dir, args.out, _progress(args.quiet)))
+    if r is None:
         return 1
     _done(args.quiet)
     print(f"exported {r.znodes:,} znodes and {r.sessions:,} sessions at zxid {r.zxid:#x} ({zx.fmt(r.zxid)}), "
@@ -131,18 +135,14 @@ def mirror_main(argv: list[str]) -> int:
     if args.cutover_grace <= 0:
         print(f"zabd mirror: --cutover-grace {args.cutover_grace}: expected seconds > 0", file=sys.stderr)
         return 2
-    say = _progress(args.quiet)
-    try:
+    def run() -> MirrorResult:
         servers = servers_from_zoo_cfg(args.zoo_cfg) if args.zoo_cfg else parse_quorum(args.quorum)
-        r = mirror_zookeeper(servers, args.out, args.nodes, args.observer_id,
-                             args.cutover_grace if args.cutover else None, args.finish_from, say)
-    except (MirrorError, ZkFormatError) as exc:
-        _done(args.quiet)
-        print(f"zabd mirror: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        _done(args.quiet)
-        print(f"zabd mirror: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return mirror_zookeeper(servers, args.out, args.nodes, args.observer_id,
+                                args.cutover_grace if args.cutover else None, args.finish_from,
+                                _progress(args.quiet))
+
+    r = _attempt("zabd mirror", args.quiet, (MirrorError, ZkFormatError), run)
+    if r is None:
         return 1
     _done(args.quiet)
     print(f"mirrored up to zxid {r.zxid:#x} ({zx.fmt(r.zxid)}), epoch {r.epoch}: {r.znodes:,} znodes, "
