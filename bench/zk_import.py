@@ -266,6 +266,7 @@ def zk_files(zk: ZkSide, i: int) -> dict[str, Any]:
     return {"snapshots": [p.name for p in snaps], "logs": [p.name for p in logs],
             "newest_snapshot_zxid": int(snaps[-1].suffix[1:], 16) if snaps else None,
             "snapshot_bytes": sum(p.stat().st_size for p in snaps),
+            "newest_snapshot_bytes": snaps[-1].stat().st_size if snaps else 0,
             "log_bytes_allocated": sum(p.stat().st_blocks * 512 for p in logs)}  # fmt: skip
 
 
@@ -484,7 +485,8 @@ def metrics(r: dict[str, Any]) -> dict[str, float | None]:
         "import / ZooKeeper restart": None if imp is None or not zk else imp / zk,
         "(import + start) / ZooKeeper restart": None if both is None or not zk else both / zk,
         "ZooKeeper dataDir+dataLogDir, one server, MiB": mib(g("disk_zk_one_server_bytes")),
-        "ZooKeeper snapshots (all kept) of that server, MiB": mib(g("zk_files", "snapshot_bytes")),
+        "ZooKeeper's newest snapshot (what both read, with the logs after it), MiB":
+            mib(g("zk_files", "newest_snapshot_bytes")),
         "zabd data dir, one node, MiB": mib(g("disk_zabd_one_node_bytes")),
         "servers' RSS serving, ZooKeeper (3), MiB": mib(g("zk_rss_bytes")),
         "servers' RSS serving, zabd (3), MiB": mib(g("zabd_rss_bytes")),
