@@ -91,6 +91,14 @@ def load_avg() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def box(res: dict[str, Any], key: str) -> str:
+    """How busy the box is just before a timed step, when none of this run's processes runs: % of
+    all cores over 1 s (others' load; the load average still holds this run's own tree load)."""
+    busy = busy_pct(1.0)
+    res[key] = {"busy_pct": round(busy, 1), "load_avg": load_avg()}
+    return f"box {busy:.0f}% busy, load average {res[key]['load_avg']}"
+
+
 def leaf_path(k: int) -> str:
     p, c = divmod(k, FANOUT)
     return f"/m/p{p:04d}/n{c:06d}"
@@ -353,8 +361,9 @@ def profile_import(zk: ZkSide, leader: int, work: Path, top: int, max_s: float) 
 # ------------------------------------------------------------------ one run
 
 
-def run_once(args: argparse.Namespace, build: Path, work: Path, res: dict[str, Any]) -> None:
-    """One run, its results into ``res`` as they come (a failed step leaves the ones before it)."""
+def run_once(args: argparse.Namespace, build: Path, work: Path, res: dict[str, Any], profile: int) -> None:
+    """One run, its results into ``res`` as they come (a failed step leaves the ones before it);
+    ``profile``: lines of a cProfile of the import to keep (0: none)."""
     n = args.znodes
     res |= {"n": n, "load_avg_start": load_avg()}
     leaf, _ = last_leaf(n, args.data_bytes)
@@ -397,8 +406,7 @@ def run_once(args: argparse.Namespace, build: Path, work: Path, res: dict[str, A
 
         # (b) the import, of the leader's dir as the stop left it
         out = work / "zabd"
-        log(f"import-zookeeper of server {leader}'s dir, load average {load_avg()}")
-        res["import_load_avg"] = load_avg()
+        log(f"import-zookeeper of server {leader}'s dir; {box(res, 'box_before_import')}")
         imp = run_timed(import_argv(zk, leader, out), work / "import.out", args.import_max_seconds)
         imp["output_tail"] = tail(work / "import.out", 12)
         res["import"] = imp
@@ -413,7 +421,7 @@ def run_once(args: argparse.Namespace, build: Path, work: Path, res: dict[str, A
 
         # (c) zabd on the import
         zb = zabd_cluster(out)
-        res["zabd_load_avg"] = load_avg()
+        log(f"zabd cluster on the import; {box(res, 'box_before_zabd_start')}")
         t1 = time.monotonic()
         zb.start()
         up = time_to_serve([zb.zk_addr(i) for i in IDS], zabd_alive(zb), leaf, want, args.serve_max_seconds, t1)
@@ -431,12 +439,11 @@ def run_once(args: argparse.Namespace, build: Path, work: Path, res: dict[str, A
             step(f"  zabd differs: {line}")
         zb.stop()
         zb = None
-        if args.profile:
-            res["profile"] = profile_import(zk, leader, work, args.profile, args.import_max_seconds * 3)
+        if profile:
+            res["profile"] = profile_import(zk, leader, work, profile, args.import_max_seconds * 3)
 
         # (a) ZooKeeper's restart from the same directories
-        res["zk_restart_load_avg"] = load_avg()
-        log(f"ZooKeeper restart, load average {res['zk_restart_load_avg']}")
+        log(f"ZooKeeper restart; {box(res, 'box_before_zk_restart')}")
         t2 = time.monotonic()
         for i in IDS:
             zk.start_node(i)
@@ -490,6 +497,9 @@ def metrics(r: dict[str, Any]) -> dict[str, float | None]:
         "zabd data dir, one node, MiB": mib(g("disk_zabd_one_node_bytes")),
         "servers' RSS serving, ZooKeeper (3), MiB": mib(g("zk_rss_bytes")),
         "servers' RSS serving, zabd (3), MiB": mib(g("zabd_rss_bytes")),
+        "box busy before the import, % of all cores": g("box_before_import", "busy_pct"),
+        "box busy before zabd's start, % of all cores": g("box_before_zabd_start", "busy_pct"),
+        "box busy before ZooKeeper's restart, % of all cores": g("box_before_zk_restart", "busy_pct"),
         "sample differences zabd vs ZooKeeper before the stop": g("zabd_compare", "differences"),
         "sample differences ZooKeeper after vs before its restart": g("zk_compare", "differences"),
     }
@@ -498,7 +508,7 @@ def metrics(r: dict[str, Any]) -> dict[str, float | None]:
 def fmt(v: float | None, k: str) -> str:
     if v is None:
         return "n/a"
-    if "differences" in k:
+    if "differences" in k or "busy" in k:
         return f"{v:.0f}"
     return f"{v:,.0f}" if v >= 100 else f"{v:.2f}"
 
@@ -545,7 +555,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--serve-max-seconds", type=float, default=600.0, help="cap on each start-to-serve (600)")
     p.add_argument("--step-max-seconds", type=float, default=300.0, help="cap on setData and each read (300)")
     p.add_argument("--profile", type=int, default=0, metavar="LINES",
-                   help="also run the import under cProfile and print this many lines by cumtime (0: no)")
+                   help="the first run also runs the import under cProfile (untimed), prints LINES by cumtime")
     p.add_argument("--json", type=Path, help="also write the final JSON to this file")
     args = p.parse_args(argv)
     if args.runs < 1:
@@ -584,7 +594,7 @@ def main(argv: list[str]) -> int:
             t0 = time.monotonic()
             r: dict[str, Any] = {}
             try:
-                run_once(args, work / "build", d, r)
+                run_once(args, work / "build", d, r, args.profile if k == 0 else 0)
             except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError, ValueError) as e:
                 r["error"] = f"{type(e).__name__}: {e}"
                 step(f"run {k + 1}: ERROR {r['error']}")
