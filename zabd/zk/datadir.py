@@ -449,9 +449,9 @@ def read_log(path: str, after: int = 0) -> Iterator[ZkTxn]:
         if zlib.adler32(body) != crc:
             raise ZkFormatError(path, pos, f"entry checksum mismatch (recorded {crc:#x}, "
                                            f"the bytes give {zlib.adler32(body):#x})")
-        txn = parse_txn(body, path, pos)
-        if txn.zxid > after:
-            yield txn
+        # the TxnHeader's zxid, at byte 12: entries the snapshot holds are checked, not parsed
+        if n < _TXN_HEADER.size or _I64.unpack_from(body, 12)[0] > after:
+            yield parse_txn(body, path, pos)
         pos = start + n + 1
 
 
