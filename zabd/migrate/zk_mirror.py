@@ -208,13 +208,18 @@ class Mirror:
         not a leader's (MirrorError)."""
         wire = qw.ObserverWire(self.leader)
         writer.write(qw.observer_info(self.observer_id, self.accepted_epoch))
-        await writer.drain()
         pending: dict[int, zd.ZkTxn] = {}
         snap_zxid = 0
         new_epoch = 0
         serving = False
         while True:
-            data = await reader.read(READ_SIZE)
+            try:
+                await writer.drain()
+                data = await reader.read(READ_SIZE)
+            except OSError:
+                # a reset is a closed link: a stopping or crashing leader resets the links
+                # whose bytes it never read (the mirror's OBSERVERINFO or PING replies)
+                data = b""
             if not data:
                 if new_epoch:
                     self.refusals = 0
@@ -283,7 +288,6 @@ class Mirror:
                                   f"{len(self.tree.nodes):,} znodes")
             if serving:
                 await self.stores.flush()
-            await writer.drain()
             now = time.monotonic()
             if now - self._said >= 5.0:
                 self._said = now
