@@ -324,10 +324,7 @@ class Mirror:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
                 return
-            try:
-                task.result()  # a MirrorError ends the mirror
-            except OSError as exc:  # reset, or the leader died between accept and its first bytes
-                self.progress(f"the link to {self.leader} failed: {exc.strerror or exc}")
+            task.result()  # a MirrorError (or the disk's OSError) ends the mirror
             followed = True
             self.progress(f"the link to {self.leader} closed at {zx.fmt(self.last_zxid)}")
 
