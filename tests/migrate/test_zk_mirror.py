@@ -235,3 +235,22 @@ def test_finish_from_takes_what_zookeeper_logged_after_the_mirrors_last_txn(tmp_
     assert mirror.tree.digest == whole.digest
     ours, _ = mirrored_tree(tmp_path / "d", whole.applied)  # and the directory holds them, as a restart reads it
     assert ours.digest == whole.digest
+
+
+def test_a_mirror_synced_from_nothing_holds_what_an_import_of_nothing_holds(tmp_path: Path) -> None:
+    """A leader that has no txn yet syncs the mirror with an empty DIFF, not a
+    SNAP (kazoo's suite met it: a mirror attached while the ensemble formed),
+    so the mirror's first state is its own starting tree. It must be what an
+    import of ZooKeeper's empty database builds (a snapshot.0 ZooKeeper 3.8
+    wrote): zabd's fresh tree differs in /zookeeper/config's Stat."""
+    src = str(Path(__file__).resolve().parents[1] / "data" / "zk38_datadirs" / "plain")
+    nothing, _ = build_tree(src, None, lambda _: None, snapshot_at=0, upto=0)
+    stores = Stores([str(tmp_path / "d")])
+    try:
+        mirror = Mirror([], stores, 4242, lambda _: None)
+        mirror.install(1)  # as UPTODATE after the empty DIFF does
+        asyncio.run(stores.flush())
+    finally:
+        stores.close()
+    ours, _ = mirrored_tree(tmp_path / "d", 0)
+    assert (nothing.applied, mirror.tree.digest, ours.digest) == (0, nothing.digest, nothing.digest)

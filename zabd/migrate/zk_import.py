@@ -73,6 +73,14 @@ def config_row(row: tuple[str, bytes, Any, bool]) -> tuple[str, bytes, Any, bool
     return (CONFIG_PATH, HEADER.pack(0, 0, pz, 0, 0, -1, cv, -1, 0), READ_ACL_UNSAFE, False)
 
 
+def empty_tree() -> DataTree:
+    """What an import of a ZooKeeper database without a txn builds: its empty
+    tree (``/``, ``/zookeeper``, ``/zookeeper/quota``, as zabd's own) with
+    ``/zookeeper/config`` as :func:`config_row` keeps it."""
+    rows = [(p, n.blob, n.acl, n.data is None) for p, n in DataTree().nodes.items()]
+    return DataTree.from_rows([config_row(r) if r[0] == CONFIG_PATH else r for r in rows], [], 0)
+
+
 def load_snapshot(version_dir: str, progress: Progress,
                   at_most: int | None = None) -> tuple[zd.ZkSnapshot | None, list[str]]:
     """The newest snapshot (at or below zxid ``at_most``) that reads whole,

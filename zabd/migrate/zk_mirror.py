@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from zabd.kv.kvmachine import KVMachine
-from zabd.migrate.zk_import import ZooKeeperImportError, apply_txn, config_row
+from zabd.migrate.zk_import import ZooKeeperImportError, apply_txn, config_row, empty_tree
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.storage.disk import DiskStorage
@@ -145,7 +145,8 @@ class Mirror:
         self.stores = stores
         self.observer_id = observer_id
         self.progress = progress
-        self.tree = DataTree()
+        # a leader without a txn yet syncs with an empty DIFF, not a SNAP: this is then the state
+        self.tree = empty_tree()
         self.last_zxid = 0
         self.accepted_epoch = 0
         self.current_epoch = 0
