@@ -154,13 +154,6 @@ def mirror_main(argv: list[str]) -> int:
               f"({zx.fmt(r.leader_proposed)}); the mirror holds {r.zxid:#x}. Txns after it may have committed "
               "without reaching the mirror; the stopped servers' logs hold them: import-zookeeper a server's "
               "dataDir instead, or mirror with --finish-from", file=sys.stderr)
-    if r.finished:
-        print(f"  {r.finished} txn(s) were taken from ZooKeeper's logs (--finish-from)")
-    if r.leader_proposed > r.zxid:
-        print(f"zabd mirror: warning: ZooKeeper's leader had proposed up to {r.leader_proposed:#x} "
-              f"({zx.fmt(r.leader_proposed)}); the mirror holds {r.zxid:#x}. Txns after it may have committed "
-              "without reaching the mirror; the stopped servers' logs hold them: import-zookeeper a server's "
-              "dataDir instead, or mirror with --finish-from", file=sys.stderr)
     for d in r.out:
         print(f"  {d}")
     return 0
