@@ -216,6 +216,54 @@ def test_a_leader_that_resets_the_link_is_a_closed_link(tmp_path: Path) -> None:
         zabd.stop()
 
 
+@needs_zookeeper
+def test_a_silent_leader_is_left_and_a_hung_ensemble_still_cuts_over(tmp_path: Path) -> None:
+    """A frozen leader (SIGSTOP here: a long GC pause, a stalled VM, a
+    partition that resets nothing) never closes its links, and its kernel
+    still completes new connections to its quorum port. The mirror leaves a
+    link silent for --link-timeout, as a ZooKeeper learner leaves one after
+    syncLimit ticks, and follows the leader the other two elect; and once
+    every server is frozen (a shutdown that hangs) it still cuts over after
+    the grace, which links that connect and say nothing do not put off.
+    tickTime=500: ZooKeeper's followers give up on the frozen leader in 2.5 s."""
+    zk = ZooKeeperEnsemble(tmp_path / "zk", 3, cfg=["tickTime=500"])
+    out = tmp_path / "zabd"
+    zabd = LocalCluster(1, storage="disk", base_dir=out,
+                        extra={"zk_super_digest": digest_id(SUPER_USER, SUPER_PASSWORD)})
+    mirror: MirrorProcess | None = None
+    try:
+        zk.start()
+        quorum = ",".join(f"127.0.0.1:{zk.quorum_ports[i]}" for i in zk.ids)
+        mirror = MirrorProcess(["--quorum", quorum, "--out", str(out), "--nodes", "1", "--cutover",
+                                "--cutover-grace", "8", "--link-timeout", "1"])
+        mirror.wait_for("in sync at")
+        c = connect(zk.hosts)
+        c.create("/frozen/before", b"1", makepath=True)
+        close(c)
+        old = zk.leader()
+        os.kill(zk.procs[old].pid, signal.SIGSTOP)
+        mirror.wait_for("in sync at", 2)  # with the leader the other two elect
+        assert any("leaving the link" in s for s in mirror.seen)
+        c = connect(",".join(zk.addr(i) for i in zk.ids if i != old))
+        c.create("/frozen/after", b"2", makepath=True)
+        close(c)
+        before = read_tree(",".join(zk.addr(i) for i in zk.ids if i != old))
+        for i in zk.ids:
+            if i != old:
+                os.kill(zk.procs[i].pid, signal.SIGSTOP)
+        assert mirror.proc.wait(timeout=WAIT_S) == 0, mirror.seen[-5:]
+        mirror.wait_for("no ZooKeeper server has led for 8.0 s")
+        zabd.start()
+        asyncio.run(zabd.wait_leader(timeout=60))
+        assert diff_trees(before, read_tree(zabd.zk_hosts)) == []
+    finally:
+        if mirror is not None:
+            mirror.stop()
+        for i in list(zk.procs):
+            zk.kill(i)  # SIGKILL ends a stopped process; SIGTERM would wait for a SIGCONT
+        zabd.stop()
+
+
 def test_finish_from_takes_what_zookeeper_logged_after_the_mirrors_last_txn(tmp_path: Path) -> None:
     """The window a stopped leader leaves (a txn committed, its INFORM never
     sent), closed from a ZooKeeper dataDir written by ZooKeeper 3.8 itself."""

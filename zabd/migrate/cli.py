@@ -10,7 +10,14 @@ from typing import TypeVar
 
 from zabd.migrate.zk_export import ZooKeeperExportError, export_zookeeper
 from zabd.migrate.zk_import import ZooKeeperImportError, import_zookeeper
-from zabd.migrate.zk_mirror import MirrorError, MirrorResult, mirror_zookeeper, parse_quorum, servers_from_zoo_cfg
+from zabd.migrate.zk_mirror import (
+    LINK_TIMEOUT_S,
+    MirrorError,
+    MirrorResult,
+    mirror_zookeeper,
+    parse_quorum,
+    servers_from_zoo_cfg,
+)
 from zabd.protocol import zxid as zx
 from zabd.zk.datadir import ZkFormatError
 
@@ -127,8 +134,14 @@ def mirror_main(argv: list[str]) -> int:
                    help="after ZooKeeper stopped, take the txns its servers logged after the mirror's last from "
                         "these dataDirs (repeatable; the one that logged most is used): closes the window of a "
                         "txn committed as the leader stopped, before it informed the mirror")
+    p.add_argument("--link-timeout", type=float, default=LINK_TIMEOUT_S,
+                   help="seconds a link to a leader may stay silent before the mirror leaves it and looks for the "
+                        f"leader again (default {LINK_TIMEOUT_S:g}; ZooKeeper's learners: syncLimit x tickTime)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = p.parse_args(argv)
+    if args.link_timeout <= 0:
+        print(f"zabd mirror: --link-timeout {args.link_timeout}: expected seconds > 0", file=sys.stderr)
+        return 2
     if args.nodes is not None and not 1 <= args.nodes <= 7:
         print(f"zabd mirror: --nodes {args.nodes}: expected 1 to 7", file=sys.stderr)
         return 2
@@ -139,7 +152,7 @@ def mirror_main(argv: list[str]) -> int:
         servers = servers_from_zoo_cfg(args.zoo_cfg) if args.zoo_cfg else parse_quorum(args.quorum)
         return mirror_zookeeper(servers, args.out, args.nodes, args.observer_id,
                                 args.cutover_grace if args.cutover else None, args.finish_from,
-                                _progress(args.quiet))
+                                _progress(args.quiet), args.link_timeout)
 
     r = _attempt("zabd mirror", args.quiet, (MirrorError, ZkFormatError), run)
     if r is None:

@@ -47,6 +47,10 @@ from zabd.zk.tree import CONFIG_PATH, DataTree
 
 Progress = Callable[[str], None]
 CONNECT_TIMEOUT_S = 2.0
+# A leader PINGs its learners every tickTime / 2, and a ZooKeeper learner drops a link
+# silent for syncLimit ticks (10 s with the usual 2000 ms x 5): a frozen or cut-off leader
+# never closes its links, and its kernel still completes new connections to its port.
+LINK_TIMEOUT_S = 20.0
 READ_SIZE = 1 << 20
 REFUSALS = 5
 
@@ -140,8 +144,10 @@ class Stores:
 
 class Mirror:
     def __init__(self, servers: list[tuple[str, int]], stores: Stores, observer_id: int,
-                 progress: Progress) -> None:
+                 progress: Progress, link_timeout: float = LINK_TIMEOUT_S) -> None:
         self.servers = servers
+        self.link_timeout = link_timeout
+        self.next_server = 0  # where the next search for a leader starts: after the last one tried
         self.stores = stores
         self.observer_id = observer_id
         self.progress = progress
@@ -158,6 +164,7 @@ class Mirror:
         self.refusals = 0  # links closed before LEADERINFO, in a row
         self.leader_proposed = 0  # a leader's PING carries the last zxid it proposed
         self.finished = 0
+        self.led_at = 0.0  # monotonic: when a leader (past LEADERINFO) was last heard from
 
     def _apply(self, t: zd.ZkTxn, logged: bool) -> None:
         if t.zxid <= self.last_zxid:
@@ -194,19 +201,26 @@ class Mirror:
         """The server that accepts on its quorum port (only a leader listens
         there), tried in turn until ``deadline`` (monotonic; None: forever)."""
         while deadline is None or time.monotonic() < deadline:
-            for host, port in self.servers:
+            for k in range(len(self.servers)):
+                # round the list from after the last server tried: one that accepts and then says
+                # nothing (frozen) must not hide the others
+                at = (self.next_server + k) % len(self.servers)
+                host, port = self.servers[at]
                 try:
                     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
                 except (TimeoutError, OSError):
                     continue
+                self.next_server = (at + 1) % len(self.servers)
                 self.leader = f"{host}:{port}"
                 return reader, writer
             await asyncio.sleep(0.2)  # nobody leads yet: an election, or ZooKeeper is down
         return None
 
-    async def follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One link to a leader, until it closes (returns) or the stream is
-        not a leader's (MirrorError)."""
+    async def follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     deadline: float | None = None) -> None:
+        """One link to a leader, until it closes or falls silent (returns) or
+        the stream is not a leader's (MirrorError). ``deadline`` (monotonic):
+        a link that has not said LEADERINFO by then is given up (the cutover's)."""
         wire = qw.ObserverWire(self.leader)
         writer.write(qw.observer_info(self.observer_id, self.accepted_epoch))
         pending: dict[int, zd.ZkTxn] = {}
@@ -214,13 +228,25 @@ class Mirror:
         new_epoch = 0
         serving = False
         while True:
+            wait = self.link_timeout
+            if deadline is not None and not new_epoch:
+                # a server hung in its shutdown accepts and says nothing; a new leader says
+                # LEADERINFO as soon as a quorum of followers is back: within the grace
+                wait = min(wait, max(CONNECT_TIMEOUT_S, deadline - time.monotonic()))
             try:
                 await writer.drain()
-                data = await reader.read(READ_SIZE)
+                data = await asyncio.wait_for(reader.read(READ_SIZE), wait)
+            except TimeoutError:
+                # silent: a frozen or cut-off leader (a ZooKeeper learner gives up the same
+                # way); not a refusal, which a leader says by closing
+                self.progress(f"{self.leader}: nothing for {wait:.1f} s: leaving the link")
+                return
             except OSError:
                 # a reset is a closed link: a stopping or crashing leader resets the links
                 # whose bytes it never read (the mirror's OBSERVERINFO or PING replies)
                 data = b""
+            if new_epoch:
+                self.led_at = time.monotonic()
             if not data:
                 if new_epoch:
                     self.refusals = 0
@@ -298,9 +324,10 @@ class Mirror:
     async def run(self, cutover_grace: float | None, stop: asyncio.Event) -> None:
         """Follow leaders until ``stop`` is set, or (``cutover_grace``) until
         nobody has led for that long after a leader was followed."""
-        followed = False
         while not stop.is_set():
-            deadline = time.monotonic() + cutover_grace if followed and cutover_grace is not None else None
+            # counted from when a leader was last heard from: links that connect and say nothing
+            # (a server hung in its shutdown) do not put the cutover off
+            deadline = self.led_at + cutover_grace if self.led_at and cutover_grace is not None else None
             found = asyncio.ensure_future(self.find_leader(deadline))
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait({found, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -315,7 +342,7 @@ class Mirror:
                 return
             reader, writer = link
             self.progress(f"following the leader at {self.leader}")
-            task = asyncio.ensure_future(self.follow(reader, writer))
+            task = asyncio.ensure_future(self.follow(reader, writer, deadline))
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
@@ -326,7 +353,6 @@ class Mirror:
                     await task
                 return
             task.result()  # a MirrorError (or the disk's OSError) ends the mirror
-            followed = True
             self.progress(f"the link to {self.leader} closed at {zx.fmt(self.last_zxid)}")
 
 
@@ -360,9 +386,9 @@ class Mirror:
 
 
 async def _main(servers: list[tuple[str, int]], dirs: list[str], observer_id: int, cutover_grace: float | None,
-                finish_from: list[str], progress: Progress) -> Mirror:
+                finish_from: list[str], progress: Progress, link_timeout: float) -> Mirror:
     stores = Stores(dirs)
-    mirror = Mirror(servers, stores, observer_id, progress)
+    mirror = Mirror(servers, stores, observer_id, progress, link_timeout)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -379,12 +405,12 @@ async def _main(servers: list[tuple[str, int]], dirs: list[str], observer_id: in
 
 def mirror_zookeeper(servers: list[tuple[str, int]], out: str, nodes: int | None, observer_id: int,
                      cutover_grace: float | None, finish_from: list[str] | None = None,
-                     progress: Progress = lambda _: None) -> MirrorResult:
+                     progress: Progress = lambda _: None, link_timeout: float = LINK_TIMEOUT_S) -> MirrorResult:
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise MirrorError(f"{out}: already exists and is not an empty directory (the mirror writes a new one)")
     names = [f"data{i}" for i in range(1, nodes + 1)] if nodes else [""]
     dirs = [os.path.join(out, n) if n else out for n in names]
-    mirror = asyncio.run(_main(servers, dirs, observer_id, cutover_grace, finish_from or [], progress))
+    mirror = asyncio.run(_main(servers, dirs, observer_id, cutover_grace, finish_from or [], progress, link_timeout))
     if not mirror.installed:
         raise MirrorError(f"{out}: the mirror never completed a sync with a ZooKeeper leader; the directories are "
                           "not a usable state (remove them)")
