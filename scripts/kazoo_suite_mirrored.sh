@@ -10,7 +10,8 @@
 #   scripts/kazoo_suite_mirrored.sh kazoo.tests.test_lock          # some modules (dotted, --pyargs)
 #   MODE=mirrored scripts/kazoo_suite_mirrored.sh                  # one run: plain | mirrored | both
 #
-# PYTHON (default python3) must have zabd's dependencies and the packages of kazoo's suite:
+# PYTHON (default: .kazoo-venv/bin/python, which scripts/install.sh makes, else python3)
+# must have zabd's dependencies and the packages of kazoo's suite:
 #   pip install kazoo==2.11.0 pytest pytest-timeout objgraph pyjks "pyOpenSSL<24.3" \
 #       "cryptography<44" gevent eventlet pure_sasl
 # and Debian's ZooKeeper (apt-get install zookeeper). The classpath adds the three jars
@@ -19,7 +20,9 @@
 # mirror-results.jsonl (one line per ensemble). Exit 0 only if both hold.
 set -u
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x .kazoo-venv/bin/python ]; then PYTHON=.kazoo-venv/bin/python; else PYTHON=python3; fi
+fi
 MODE=${MODE:-both}
 DIR=${KAZOO_SUITE_DIR:-$(mktemp -d /tmp/kazoo-suite-mirrored-XXXXXX)}
 mkdir -p "$DIR"
