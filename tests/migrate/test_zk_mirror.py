@@ -46,6 +46,12 @@ ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 120.0
 
 
+def zabd_on(out: Path, n: int) -> LocalCluster:
+    """A zabd cluster on the mirror's directories (not started), read as ZooKeeper's superuser."""
+    return LocalCluster(n, storage="disk", base_dir=out,
+                        extra={"zk_super_digest": digest_id(SUPER_USER, SUPER_PASSWORD)})
+
+
 def mirrored_tree(data_dir: Path, upto: int) -> tuple[DataTree, int]:
     """The mirror's tree at ``upto`` from its own directory, as a zabd node
     restarts: its snapshot, then its log; and the snapshot's zxid."""
@@ -96,8 +102,7 @@ def test_mirror_follows_zookeeper_through_a_leader_kill_and_cuts_over(sync: str,
     jvm = ["-Dzookeeper.forceSnapshotSync=true"] if sync == "snap" else []
     zk = ZooKeeperEnsemble(tmp_path / "zk", 3, jvm=jvm)
     out = tmp_path / "zabd"
-    zabd = LocalCluster(3, storage="disk", base_dir=out,
-                        extra={"zk_super_digest": digest_id(SUPER_USER, SUPER_PASSWORD)})  # ports only, for now
+    zabd = zabd_on(out, 3)  # ports only, for now
     facts: WorkloadFacts | None = None
     mirror: MirrorProcess | None = None
     try:
@@ -184,8 +189,7 @@ def test_a_leader_that_resets_the_link_is_a_closed_link(tmp_path: Path) -> None:
     after a close, and ends with ZooKeeper's tree."""
     zk = ZooKeeperEnsemble(tmp_path / "zk", 3)
     out = tmp_path / "zabd"
-    zabd = LocalCluster(1, storage="disk", base_dir=out,
-                        extra={"zk_super_digest": digest_id(SUPER_USER, SUPER_PASSWORD)})
+    zabd = zabd_on(out, 1)
     mirror: MirrorProcess | None = None
     try:
         zk.start()
@@ -228,8 +232,7 @@ def test_a_silent_leader_is_left_and_a_hung_ensemble_still_cuts_over(tmp_path: P
     tickTime=500: ZooKeeper's followers give up on the frozen leader in 2.5 s."""
     zk = ZooKeeperEnsemble(tmp_path / "zk", 3, cfg=["tickTime=500"])
     out = tmp_path / "zabd"
-    zabd = LocalCluster(1, storage="disk", base_dir=out,
-                        extra={"zk_super_digest": digest_id(SUPER_USER, SUPER_PASSWORD)})
+    zabd = zabd_on(out, 1)
     mirror: MirrorProcess | None = None
     try:
         zk.start()
