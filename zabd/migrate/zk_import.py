@@ -35,7 +35,7 @@ from zabd.protocol import zxid as zx
 from zabd.storage.disk import DiskStorage
 from zabd.zk import datadir as zd
 from zabd.zk import txn as tx
-from zabd.zk.acl import READ_ACL_UNSAFE
+from zabd.zk.acl import ACL, READ_ACL_UNSAFE
 from zabd.zk.acl import to_wire as acls_wire
 from zabd.zk.records import CONTAINER_OWNER, TTL_OWNER_BASE
 from zabd.zk.sessions import password_digest, zookeeper_password
@@ -69,16 +69,26 @@ def config_row(row: tuple[str, bytes, Any, bool]) -> tuple[str, bytes, Any, bool
     """``/zookeeper/config`` as zabd keeps it before a server sets it from its
     own configuration (``DataTree.set_config``): ZooKeeper's holds
     ZooKeeper's ensemble, which is not this one."""
-    pz, cv = HEADER.unpack_from(row[1])[2], HEADER.unpack_from(row[1])[6]
+    _, _, pz, _, _, _, cv, _, _ = HEADER.unpack_from(row[1])
     return (CONFIG_PATH, HEADER.pack(0, 0, pz, 0, 0, -1, cv, -1, 0), READ_ACL_UNSAFE, False)
+
+
+def tree_from(rows: list[tuple[str, bytes, tuple[ACL, ...], bool]], sessions: dict[int, int], zxid: int) -> DataTree:
+    """A ZooKeeper database (a snapshot file's, or a leader's SNAP) as zabd's
+    tree: ``/zookeeper/config`` as :func:`config_row` keeps it (added if a
+    3.4 database lacks it), each session with the digest of the password
+    ZooKeeper derived for it. ValueError if a row has no parent."""
+    rows = [config_row(r) if r[0] == CONFIG_PATH else r for r in rows]
+    if not any(r[0] == CONFIG_PATH for r in rows) and any(r[0] == "/zookeeper" for r in rows):
+        rows.append(config_row((CONFIG_PATH, HEADER.pack(0, 0, 0, 0, 0, -1, 0, -1, 0), (), False)))
+    return DataTree.from_rows(rows, [_session_row(sid, t) for sid, t in sessions.items()], zxid)
 
 
 def empty_tree() -> DataTree:
     """What an import of a ZooKeeper database without a txn builds: its empty
     tree (``/``, ``/zookeeper``, ``/zookeeper/quota``, as zabd's own) with
     ``/zookeeper/config`` as :func:`config_row` keeps it."""
-    rows = [(p, n.blob, n.acl, n.data is None) for p, n in DataTree().nodes.items()]
-    return DataTree.from_rows([config_row(r) if r[0] == CONFIG_PATH else r for r in rows], [], 0)
+    return tree_from([(p, n.blob, n.acl, n.data is None) for p, n in DataTree().nodes.items()], {}, 0)
 
 
 def load_snapshot(version_dir: str, progress: Progress,
@@ -176,7 +186,7 @@ def apply_txn(tree: DataTree, t: zd.ZkTxn) -> bytes:
     return payload
 
 
-def _follows(prev: int, z: int) -> bool:
+def follows(prev: int, z: int) -> bool:
     """ZooKeeper's zxids count up by one within an epoch, and a new epoch's
     first txn is its number 1 (the leader's NEWLEADER is number 0)."""
     return z == prev + 1 or (zx.epoch_of(z) > zx.epoch_of(prev) and zx.counter_of(z) <= 1)
@@ -197,14 +207,10 @@ def build_tree(data_dir: str, log_dir: str | None, progress: Progress, *, snapsh
         raise ZooKeeperImportError(f"{version_dir}: no snapshot.<zxid> file: not a ZooKeeper data directory "
                                    "(give its dataDir, or the version-2 folder inside it)")
     progress(f"building the tree: {len(snap.rows):,} znodes, {len(snap.sessions):,} sessions")
-    rows = [config_row(r) if r[0] == CONFIG_PATH else r for r in snap.rows]
-    if not any(r[0] == CONFIG_PATH for r in rows) and any(r[0] == "/zookeeper" for r in rows):
-        rows.append(config_row((CONFIG_PATH, HEADER.pack(0, 0, 0, 0, 0, -1, 0, -1, 0), (), False)))
     try:
-        tree = DataTree.from_rows(rows, [_session_row(sid, t) for sid, t in snap.sessions.items()], snap.zxid)
+        tree = tree_from(snap.rows, snap.sessions, snap.zxid)
     except ValueError as exc:
         raise ZooKeeperImportError(f"{snap.path}: {exc}") from None
-    del rows
     logs = zd.logs_after(log_version_dir, snap.zxid)
     applied = 0
     last = snap.zxid
@@ -213,7 +219,7 @@ def build_tree(data_dir: str, log_dir: str | None, progress: Progress, *, snapsh
         for t in zd.read_log(path, last):
             if upto is not None and t.zxid > upto:
                 break
-            if not _follows(last, t.zxid):
+            if not follows(last, t.zxid):
                 raise ZooKeeperImportError(f"{path}: at byte {t.offset}: txn {zx.fmt(t.zxid)} follows "
                                            f"{zx.fmt(last)}: the txns between them are in no log here (a log file "
                                            "is missing)")

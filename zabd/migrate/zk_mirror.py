@@ -36,14 +36,12 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from zabd.kv.kvmachine import KVMachine
-from zabd.migrate.zk_import import ZooKeeperImportError, apply_txn, config_row, empty_tree
+from zabd.migrate.zk_import import ZooKeeperImportError, apply_txn, empty_tree, follows, tree_from
 from zabd.protocol import zxid as zx
 from zabd.protocol.messages import Txn
 from zabd.storage.disk import DiskStorage
 from zabd.zk import datadir as zd
 from zabd.zk import quorum_wire as qw
-from zabd.zk.sessions import password_digest, zookeeper_password
-from zabd.zk.tree import CONFIG_PATH, DataTree
 
 Progress = Callable[[str], None]
 CONNECT_TIMEOUT_S = 2.0
@@ -106,7 +104,6 @@ class Stores:
     """The new data directories, written alike."""
 
     def __init__(self, dirs: list[str]) -> None:
-        self.dirs = dirs
         self.storages = []
         for d in dirs:
             s = DiskStorage(d)
@@ -179,10 +176,8 @@ class Mirror:
             self.stores.append(t.zxid, payload)
 
     def _database(self, db: qw.Database, zxid: int) -> None:
-        rows = [config_row(r) if r[0] == CONFIG_PATH else r for r in db.rows]
-        sessions = [(sid, t, password_digest(zookeeper_password(sid))) for sid, t in db.sessions.items()]
         try:
-            self.tree = DataTree.from_rows(rows, sessions, zxid)
+            self.tree = tree_from(db.rows, db.sessions, zxid)
         except ValueError as exc:
             raise MirrorError(f"{self.leader}: the leader's database: {exc}") from None
         self.last_zxid = zxid
@@ -355,7 +350,6 @@ class Mirror:
             task.result()  # a MirrorError (or the disk's OSError) ends the mirror
             self.progress(f"the link to {self.leader} closed at {zx.fmt(self.last_zxid)}")
 
-
     def finish_from(self, data_dirs: list[str]) -> None:
         """After ZooKeeper stopped: the txns its servers logged after the
         last one the mirror holds, from the dataDir that logged the most,
@@ -374,7 +368,7 @@ class Mirror:
         for t in best:
             if t.zxid <= last:
                 continue
-            if not (t.zxid == last + 1 or (zx.epoch_of(t.zxid) > zx.epoch_of(last) and zx.counter_of(t.zxid) <= 1)):
+            if not follows(last, t.zxid):
                 raise MirrorError(f"{t.file}: at byte {t.offset}: txn {zx.fmt(t.zxid)} follows {zx.fmt(last)}: "
                                   "this dataDir lacks the txns between them")
             self._apply(t, True)
