@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from zk_memory import compile_loader, rss_bytes, tree_shape  # noqa: E402
-from zk_scale import FANOUT, SLF4J, ZkSide, dir_bytes, last_leaf, poll_get, run_loader  # noqa: E402
+from zk_scale import FANOUT, SLF4J, ZkSide, dir_bytes, last_leaf, number_at, poll_get, run_loader  # noqa: E402
 from zk_side_by_side import busy_pct  # noqa: E402
 from zkcluster import available, four_letter  # noqa: E402
 
@@ -468,12 +468,7 @@ def run_once(args: argparse.Namespace, build: Path, work: Path, res: dict[str, A
 
 def metrics(r: dict[str, Any]) -> dict[str, float | None]:
     def g(*keys: str) -> float | None:
-        v: Any = r
-        for k in keys:
-            if not isinstance(v, dict) or k not in v:
-                return None
-            v = v[k]
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return number_at(r, *keys)
 
     def mib(v: float | None) -> float | None:
         return None if v is None else v / MiB

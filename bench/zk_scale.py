@@ -434,14 +434,20 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a is not None and b else "n/a"
 
 
+def number_at(r: dict[str, Any], *keys: str) -> float | None:
+    """The number at ``r[k1][k2]...``, None if a key is missing or it is not a
+    number (a flag is not one). The benches' result trees share this lookup."""
+    v: Any = r
+    for k in keys:
+        if not isinstance(v, dict) or k not in v:
+            return None
+        v = v[k]
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def rows(r: dict[str, Any]) -> dict[str, float | None]:
     def g(*keys: str) -> float | None:
-        v: Any = r
-        for k in keys:
-            if not isinstance(v, dict) or k not in v:
-                return None
-            v = v[k]
-        return float(v) if isinstance(v, (int, float)) else None
+        return number_at(r, *keys)
 
     rss, disk = g("rss", "sum"), g("disk", "sum")
     rss_max, disk_max = g("rss", "max"), g("disk", "max")

@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from zk_scale import number_at  # noqa: E402
 from zkcluster import ZkCluster, available, mode  # noqa: E402
 
 from zabd import compiled  # noqa: E402
@@ -343,12 +344,7 @@ def run_storms(side: Side, drv: Driver, leader: int, args: argparse.Namespace, r
 
 def metric_rows(r: dict[str, Any]) -> dict[str, float | None]:
     def g(*keys: str) -> float | None:
-        v: Any = r
-        for k in keys:
-            if not isinstance(v, dict) or k not in v:
-                return None
-            v = v[k]
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return number_at(r, *keys)
 
     rss_sum = sum(r["rss_mib"].values()) if "rss_mib" in r else None
     return {
