@@ -6,6 +6,7 @@ test_zk_migration.py."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -207,3 +208,41 @@ def test_a_snapshot_row_with_a_path_zookeeper_never_makes_is_refused(tmp_path: P
     zd.write_snapshot(str(path), [], [OPEN_ACL_UNSAFE], nodes)
     with pytest.raises(zd.ZkFormatError, match=r"snapshot.1: at byte \d+: node path '/a/': path must not end"):
         zd.read_snapshot(str(path))
+
+
+def test_only_imported_sessions_take_zookeepers_derived_password(tmp_path: Path) -> None:
+    """The trust boundary of an import, tried as a hostile client on the same
+    host would: the id of a session is in its ephemerals' Stat, and ZooKeeper
+    derives the password from the id. On zabd that works for a session
+    imported from ZooKeeper (as it did on ZooKeeper), and for no session
+    zabd made, whose password is random."""
+    from kazoo.client import KazooClient
+
+    from zabd.client.spawn import LocalCluster
+
+    out = tmp_path / "zabd"
+    import_zookeeper(str(FIXTURES / "plain"), str(out), 1)
+    imported = served("plain")["live_session"]["id"]
+    with LocalCluster(1, storage="disk", base_dir=out) as c:  # started on entering
+        asyncio.run(c.wait_leader(timeout=60))
+        reader = KazooClient(hosts=c.zk_hosts, timeout=10)
+        reader.start(timeout=30)
+        try:
+            stat = reader.exists("/app/eph")  # anyone who may read the node sees its owner
+            assert stat is not None and stat.ephemeralOwner == imported
+            native = reader.client_id[0]
+            thief = KazooClient(hosts=c.zk_hosts, client_id=(imported, zookeeper_password(imported)), timeout=10)
+            thief.start(timeout=30)
+            assert thief.client_id[0] == imported  # as on ZooKeeper: the documented cost of carrying it over
+            thief.stop()
+            thief.close()
+            forger = KazooClient(hosts=c.zk_hosts, client_id=(native, zookeeper_password(native)), timeout=10)
+            forger.start(timeout=30)
+            # refused as expired: kazoo then starts a session of its own, never the one it forged
+            assert forger.client_id[0] != native
+            forger.stop()
+            forger.close()
+            assert reader.exists("/") is not None and reader.client_id[0] == native  # untouched
+        finally:
+            reader.stop()
+            reader.close()
